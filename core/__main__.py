@@ -1,0 +1,5 @@
+import sys
+
+from tercet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""The ``tercet`` command: serve, config show, plugins."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tercet.config import config_as_toml, load_config, parse_set_options
+from tercet.errors import TercetError
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML config file (also $TERCET_CONFIG)")
+    parser.add_argument("--model", metavar="PATH", help="Hugging Face Llama-family checkpoint directory")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--served-model-name", metavar="NAME", help="model name shown by /v1/models")
+    parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
+    parser.add_argument(
+        "--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="any config value, e.g. --set scheduler.max_running_requests=8 (repeatable)",
+    )
+
+
+def config_from_arguments(arguments: argparse.Namespace):
+    overrides = parse_set_options(arguments.assignments)
+    direct = {
+        ("model", "path"): arguments.model,
+        ("model", "dtype"): arguments.dtype,
+        ("model", "served_model_name"): arguments.served_model_name,
+        ("server", "host"): arguments.host,
+        ("server", "port"): arguments.port,
+        ("server", "api_key"): arguments.api_key,
+    }
+    for (section, key), value in direct.items():
+        if value is not None:
+            overrides.setdefault(section, {})[key] = value
+    return load_config(arguments.config, overrides=overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tercet", description="A plugin-based LLM serving runtime.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API")
+    add_config_arguments(serve)
+
+    config = commands.add_parser("config", help="configuration commands")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    show = config_commands.add_parser("show", help="print the resolved configuration as TOML")
+    add_config_arguments(show)
+
+    plugins = commands.add_parser("plugins", help="list installed plugins and what they register")
+    plugins.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = build_parser().parse_args(argv)
+    try:
+        if arguments.command == "serve":
+            from tercet.launch import launch_server
+
+            return launch_server(config_from_arguments(arguments))
+        if arguments.command == "config":
+            from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+            from tercet.config import check_plugin_choices
+
+            config = config_from_arguments(arguments)
+            check_plugin_choices(config, PluginRegistries.from_plugin_manager(create_plugin_manager()))
+            print(config_as_toml(config))
+            return 0
+        if arguments.command == "plugins":
+            from tercet.plugin_listing import describe_plugins, format_plugins
+            from tercet.plugin_manager import create_plugin_manager
+
+            described = describe_plugins(create_plugin_manager())
+            print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
+            return 0
+    except TercetError as error:
+        print(f"tercet: error: {error}", file=sys.stderr)
+        return 2 if arguments.command == "config" else 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

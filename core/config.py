@@ -1,0 +1,316 @@
+"""Configuration: frozen dataclasses resolved from defaults < TOML < environment < command line.
+
+Every key is declared here once, with its type and, where it has them, its
+allowed values; an unknown key or a bad value is a ConfigError naming it.
+Plugin names (policy, backend, ...) are checked against the installed plugins
+separately, by :func:`check_plugin_choices`, since only the plugin manager
+knows them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from tercet.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+def _choice(default, *choices):
+    return field(default=default, metadata={"choices": choices})
+
+
+def _at_least(default, minimum):
+    return field(default=default, metadata={"min": minimum})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str | None = None  # None: the built-in default model
+    dtype: str = _choice("auto", "auto", "float32", "bfloat16")
+    served_model_name: str | None = None  # None: the model directory's name
+    device: str = _choice("auto", "auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = field(default=30000, metadata={"min": 0, "max": 65535})
+    api_key: str | None = None
+    log_level: str = _choice("info", "debug", "info", "warning", "error")
+    startup_timeout: float = _at_least(900.0, 1.0)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    policy: str = "fcfs"
+    max_running_requests: int = _at_least(32, 1)
+    max_queued_requests: int = _at_least(4096, 1)
+    # Most prompt tokens one step may prefill (a budget across new requests;
+    # a single longer prompt still runs, alone).
+    chunked_prefill_size: int = _at_least(4096, 1)
+    dp_size: int = field(default=1, metadata={"min": 1, "max": 1})
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    max_total_tokens: int = _at_least(32768, 16)
+    page_size: int = _at_least(16, 1)
+    # The radix prefix cache is not built yet; the key is reserved so configs stay stable.
+    prefix_cache: bool = field(default=False, metadata={"choices": (False,)})
+
+
+@dataclass(frozen=True)
+class IpcConfig:
+    transport: str = "ipc"
+    serializer: str = "msgpack"
+    # Interface tcp endpoints bind to; loopback unless ranks live on other hosts.
+    tcp_host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    backend: str = "torch_native"
+
+
+@dataclass(frozen=True)
+class DetokenizerConfig:
+    strategy: str = "incremental"
+
+
+@dataclass(frozen=True)
+class TercetConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    ipc: IpcConfig = field(default_factory=IpcConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
+    # [plugins.<name>] tables, passed to plugins as they are.
+    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def replace(self, section: str, **changes) -> "TercetConfig":
+        return dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **changes)})
+
+
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory for f in dataclasses.fields(TercetConfig) if f.name != "plugins"
+}
+# Environment variables under the TERCET_ prefix that are not config keys.
+NON_CONFIG_ENVIRONMENT = {"TERCET_CACHE_DIR", "TERCET_CONFIG"}
+
+
+def load_config(
+    config_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> TercetConfig:
+    """Resolve the config; ``overrides`` are command-line values, highest precedence."""
+    environ = os.environ if environ is None else environ
+    config_file = config_file or environ.get("TERCET_CONFIG")
+    layers = []
+    if config_file:
+        layers.append(("config file " + config_file, read_toml(config_file), False))
+    layers.append(("environment", values_from_environment(environ), True))
+    layers.append(("command line", overrides or {}, True))
+
+    merged: dict[str, dict[str, Any]] = {}
+    plugin_options: dict[str, dict[str, Any]] = {}
+    for origin, layer, values_are_text in layers:
+        for section, values in layer.items():
+            if section == "plugins":
+                _merge_plugin_options(plugin_options, values, origin)
+                continue
+            section_type = _section_type(section, origin)
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"{origin}: [{section}] must be a table")
+            for key, value in values.items():
+                declared = _declared_field(section_type, section, key, origin)
+                if values_are_text and isinstance(value, str):
+                    value = parse_text_value(declared, section, key, value)
+                merged.setdefault(section, {})[key] = _checked(declared, section, key, value, origin)
+    sections = {name: SECTIONS[name](**merged.get(name, {})) for name in SECTIONS}
+    return TercetConfig(**sections, plugins=plugin_options)
+
+
+def read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path} is not valid TOML: {error}") from None
+
+
+def values_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """``TERCET_<SECTION>_<KEY>=value``, e.g. ``TERCET_SERVER_PORT=8000``."""
+    values: dict[str, dict[str, str]] = {}
+    for name, value in environ.items():
+        if not name.startswith("TERCET_") or name in NON_CONFIG_ENVIRONMENT:
+            continue
+        section, _, key = name[len("TERCET_"):].lower().partition("_")
+        if not key:
+            raise ConfigError(f"environment variable {name} names no key; use TERCET_<SECTION>_<KEY>")
+        values.setdefault(section, {})[key] = value
+    return values
+
+
+def parse_set_options(assignments: list[str]) -> dict[str, dict[str, Any]]:
+    """``--set section.key=value`` (or ``plugins.<name>.key=value``) into nested dicts."""
+    values: dict[str, dict[str, Any]] = {}
+    for assignment in assignments:
+        dotted, equals, value = assignment.partition("=")
+        parts = dotted.strip().split(".")
+        if not equals or len(parts) < 2 or not all(parts):
+            raise ConfigError(f"--set expects section.key=value, got {assignment!r}")
+        if parts[0] == "plugins":
+            if len(parts) != 3:
+                raise ConfigError(f"--set expects plugins.<name>.key=value, got {assignment!r}")
+            values.setdefault("plugins", {}).setdefault(parts[1], {})[parts[2]] = _guess_text_value(value)
+        elif len(parts) == 2:
+            values.setdefault(parts[0], {})[parts[1]] = value
+        else:
+            raise ConfigError(f"--set expects section.key=value, got {assignment!r}")
+    return values
+
+
+def parse_text_value(declared: dataclasses.Field, section: str, key: str, text: str) -> Any:
+    kind = _base_type(declared)
+    text = text.strip()
+    if _is_optional(declared) and text.lower() in ("", "none", "null"):
+        return None
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(f"{section}.{key}: {text!r} is not a valid {kind.__name__}") from None
+    return text
+
+
+def check_plugin_choices(config: TercetConfig, registries) -> None:
+    """Fail early, naming the available implementations, for an unknown plugin name."""
+    registries.scheduling_policies.get(config.scheduler.policy)
+    registries.serializers.get(config.ipc.serializer)
+    registries.transports.get(config.ipc.transport)
+    registries.attention_backends.get(config.attention.backend)
+    registries.detokenizers.get(config.detokenizer.strategy)
+
+
+def config_as_toml(config: TercetConfig) -> str:
+    lines: list[str] = []
+    for section in SECTIONS:
+        lines.append(f"[{section}]")
+        for declared in dataclasses.fields(SECTIONS[section]):
+            value = getattr(getattr(config, section), declared.name)
+            if value is None:
+                lines.append(f"# {declared.name} = (not set)")
+            elif section == "server" and declared.name == "api_key":
+                lines.append(f'{declared.name} = "***"')
+            else:
+                lines.append(f"{declared.name} = {_toml_value(value)}")
+        lines.append("")
+    for plugin, options in config.plugins.items():
+        lines.append(f"[plugins.{plugin}]")
+        lines.extend(f"{key} = {_toml_value(value)}" for key, value in options.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _guess_text_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _merge_plugin_options(target: dict, values: Any, origin: str) -> None:
+    if not isinstance(values, Mapping) or not all(isinstance(v, Mapping) for v in values.values()):
+        raise ConfigError(f"{origin}: [plugins] must hold one table per plugin, [plugins.<name>]")
+    for plugin, options in values.items():
+        target.setdefault(plugin, {}).update(options)
+
+
+def _section_type(section: str, origin: str) -> type:
+    try:
+        return SECTIONS[section]
+    except KeyError:
+        allowed = ", ".join([*SECTIONS, "plugins"])
+        raise ConfigError(f"{origin}: unknown section [{section}]; allowed: {allowed}") from None
+
+
+def _declared_field(section_type: type, section: str, key: str, origin: str) -> dataclasses.Field:
+    fields_by_name = {f.name: f for f in dataclasses.fields(section_type)}
+    if key not in fields_by_name:
+        allowed = ", ".join(fields_by_name)
+        raise ConfigError(f"{origin}: unknown key {section}.{key}; allowed in [{section}]: {allowed}")
+    return fields_by_name[key]
+
+
+def _checked(declared: dataclasses.Field, section: str, key: str, value: Any, origin: str) -> Any:
+    name = f"{section}.{key}"
+    kind = _base_type(declared)
+    if value is None and _is_optional(declared):
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{origin}: {name} must be a {kind.__name__}, got {value!r}")
+    choices = declared.metadata.get("choices")
+    if choices and value not in choices:
+        allowed = ", ".join(_toml_value(c) for c in choices)
+        raise ConfigError(f"{origin}: {name} = {_toml_value(value)} is not allowed; allowed: {allowed}")
+    if "min" in declared.metadata and value < declared.metadata["min"]:
+        raise ConfigError(f"{origin}: {name} must be at least {declared.metadata['min']}, got {value!r}")
+    if "max" in declared.metadata and value > declared.metadata["max"]:
+        raise ConfigError(f"{origin}: {name} must be at most {declared.metadata['max']}, got {value!r}")
+    return value
+
+
+_TYPE_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hint(declared: dataclasses.Field) -> Any:
+    for section_type in SECTIONS.values():
+        if declared in dataclasses.fields(section_type):
+            if section_type not in _TYPE_HINTS:
+                _TYPE_HINTS[section_type] = typing.get_type_hints(section_type)
+            return _TYPE_HINTS[section_type][declared.name]
+    raise KeyError(declared.name)
+
+
+def _is_optional(declared: dataclasses.Field) -> bool:
+    return type(None) in typing.get_args(_hint(declared))
+
+
+def _base_type(declared: dataclasses.Field) -> type:
+    hint = _hint(declared)
+    arguments = [a for a in typing.get_args(hint) if a is not type(None)]
+    return arguments[0] if arguments else hint

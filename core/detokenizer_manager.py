@@ -1,0 +1,74 @@
+"""The detokenizer process: token ids in, text deltas out.
+
+It owns only the text boundary; the strategy (a plugin) turns each request's
+token ids into complete text, holding back incomplete UTF-8.
+"""
+
+from __future__ import annotations
+
+import zmq
+
+from tercet.channels import MessageReceiver, MessageSender
+from tercet.child_process import run_child
+from tercet.dispatcher import TypeBasedDispatcher
+from tercet.messages import BatchStrOutput, BatchTokenIDOutput
+from tercet.plugin_manager import message_handlers
+from tercet.process_context import ProcessContext
+
+
+class DetokenizerManager:
+    def __init__(self, context: ProcessContext, port_args, tokenizer):
+        serializer = context.create_serializer()
+        self.zmq_context = zmq.Context()
+        self.receiver = MessageReceiver(self.zmq_context, port_args.detokenizer_input, serializer, bind=True)
+        self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
+        self.detokenizer = context.registries.detokenizers.get(context.config.detokenizer.strategy)(tokenizer)
+        self.started_rids: set[str] = set()
+        self.dispatcher = TypeBasedDispatcher(
+            [
+                (BatchTokenIDOutput, self.handle_batch_token_id_output),
+                *[
+                    (message_type, lambda message, handler=handler: handler(self, message))
+                    for message_type, handler in message_handlers(context.plugin_manager, "detokenizer")
+                ],
+            ]
+        )
+
+    def run_forever(self) -> None:
+        while True:
+            self.receiver.poll(timeout_ms=None)
+            for message in self.receiver.receive_pending():
+                self.dispatcher(message)
+
+    def handle_batch_token_id_output(self, batch: BatchTokenIDOutput) -> None:
+        text_deltas = []
+        for rid, token_ids, finish_reason, skip_special_tokens in zip(
+            batch.rids, batch.new_token_ids, batch.finished_reasons, batch.skip_special_tokens
+        ):
+            if rid not in self.started_rids:
+                self.detokenizer.start(rid, skip_special_tokens)
+                self.started_rids.add(rid)
+            delta = self.detokenizer.append(rid, token_ids) if token_ids else ""
+            if finish_reason is not None:
+                delta += self.detokenizer.finish(rid)
+                self.started_rids.discard(rid)
+            text_deltas.append(delta)
+        self.sender_to_tokenizer.send(
+            BatchStrOutput(
+                rids=batch.rids,
+                text_deltas=text_deltas,
+                new_token_ids=batch.new_token_ids,
+                finished_reasons=batch.finished_reasons,
+                prompt_tokens=batch.prompt_tokens,
+                completion_tokens=batch.completion_tokens,
+            )
+        )
+
+
+def run_detokenizer_process(config, port_args, ready_writer) -> None:
+    def build(context: ProcessContext):
+        from tercet.tokenizer import load_tokenizer
+
+        return DetokenizerManager(context, port_args, load_tokenizer(config.model.path)), {}
+
+    run_child("detokenizer", config, ready_writer, build)

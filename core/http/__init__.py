@@ -1,0 +1,1 @@
+"""The HTTP front end: OpenAI-compatible and native routes over the TokenizerManager."""

@@ -1,0 +1,72 @@
+"""Serve the app with hypercorn on asyncio."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+
+logger = logging.getLogger(__name__)
+
+LISTEN_BACKLOG = 1024
+
+
+async def serve_http(
+    app,
+    host: str,
+    port: int,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    on_listening: Callable[[], None] | None = None,
+    *,
+    graceful_timeout: float = 2.0,
+) -> None:
+    """Serve ``app`` on ``host:port`` until ``shutdown_trigger`` returns.
+
+    A bind failure (address in use, unknown host) raises ``OSError``.
+
+    With ``shutdown_trigger=None`` hypercorn stops on SIGINT/SIGTERM itself.
+    Requests still running at shutdown get ``graceful_timeout`` seconds.
+
+    The socket is bound and listening here, before hypercorn starts, and handed
+    to it as ``fd://``: hypercorn has no "now listening" hook, and this way a
+    connection made right after ``on_listening`` waits in the backlog instead
+    of being refused. It also makes port 0 (any free port) loggable.
+    """
+    listener = _listen(host, port)
+    try:
+        config = Config()
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = graceful_timeout
+        config.backlog = LISTEN_BACKLOG
+        bound_port = listener.getsockname()[1]
+        logger.info("tercet listening on http://%s:%d", _url_host(host), bound_port)
+        if on_listening is not None:
+            on_listening()
+        # hypercorn owns (and closes) a duplicate; ours is closed below.
+        config.bind = [f"fd://{os.dup(listener.fileno())}"]
+        await serve(app, config, shutdown_trigger=shutdown_trigger)
+    finally:
+        listener.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        listener.bind(address)
+        listener.listen(LISTEN_BACKLOG)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,187 @@
+"""A lean Llama-family decoder that runs over the paged KV cache.
+
+Projections are fused (q/k/v into one matmul, gate/up into another) and every
+layer sees the whole batch's tokens flattened to ``[T, hidden]``: no padding,
+no per-sequence loop. Attention goes through the configured backend plugin,
+which reads and writes the paged cache. Only the last new token of each
+sequence reaches the LM head, since that is all a step samples from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tercet.model.attention import AttentionBackend, AttentionLayout
+from tercet.model.forward_batch import ForwardBatch
+from tercet.model.kv_cache import PagedKVCache
+from tercet.model.rotary import RopeSettings, RotaryEmbedding, apply_rotary
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    """The sizes a Llama-family config fixes, read once from a transformers config."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+
+    @classmethod
+    def from_config(cls, config) -> "LlamaShape":
+        num_heads = config.num_attention_heads
+        attention_bias = bool(getattr(config, "attention_bias", False))
+        # Qwen2 has biases on q/k/v only and no attention_bias key.
+        is_qwen2 = getattr(config, "model_type", "") == "qwen2"
+        return cls(
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            intermediate_size=config.intermediate_size,
+            num_layers=config.num_hidden_layers,
+            num_heads=num_heads,
+            num_kv_heads=getattr(config, "num_key_value_heads", None) or num_heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // num_heads,
+            rms_norm_eps=config.rms_norm_eps,
+            max_position_embeddings=config.max_position_embeddings,
+            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+            qkv_bias=attention_bias or is_qwen2,
+            o_bias=attention_bias,
+            mlp_bias=bool(getattr(config, "mlp_bias", False)),
+        )
+
+    def attention_layout(self, device: torch.device, dtype: torch.dtype) -> AttentionLayout:
+        return AttentionLayout(
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            num_layers=self.num_layers,
+            device=device,
+            dtype=dtype,
+        )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 whatever the model dtype, as the reference does.
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, shape: LlamaShape, layer_id: int):
+        super().__init__()
+        self.layer_id = layer_id
+        self.num_heads = shape.num_heads
+        self.num_kv_heads = shape.num_kv_heads
+        self.head_dim = shape.head_dim
+        self.q_size = shape.num_heads * shape.head_dim
+        self.kv_size = shape.num_kv_heads * shape.head_dim
+        self.qkv_proj = nn.Linear(shape.hidden_size, self.q_size + 2 * self.kv_size, bias=shape.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=shape.o_bias)
+
+    def forward(self, hidden, cos, sin, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rotary(q.view(-1, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        return self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, shape: LlamaShape):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * shape.intermediate_size, bias=shape.mlp_bias)
+        self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=shape.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, shape: LlamaShape, layer_id: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+        self.self_attn = LlamaAttention(shape, layer_id)
+        self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+        self.mlp = LlamaMLP(shape)
+
+    def forward(self, hidden, cos, sin, batch, backend, kv_cache):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, batch, backend, kv_cache)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, shape: LlamaShape):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(shape, i) for i in range(shape.num_layers))
+        self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """``forward(batch)`` returns float32 logits ``[B, vocab]`` of each sequence's last new token.
+
+    Parameters are created uninitialised on ``device`` in ``dtype``; load a
+    checkpoint with :func:`tercet.model.weights.load_weights`, then
+    :meth:`attach` the attention backend and KV cache before the first forward.
+    ``max_positions`` bounds the rotary tables when the context is capped below
+    the config's ``max_position_embeddings``.
+    """
+
+    def __init__(self, config, dtype: torch.dtype, device: torch.device | str, max_positions: int | None = None):
+        super().__init__()
+        self.shape = LlamaShape.from_config(config)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        # Build on the meta device so no time goes into random initialisation
+        # of weights the checkpoint overwrites anyway.
+        with torch.device("meta"):
+            self.model = LlamaModel(self.shape)
+            self.lm_head = nn.Linear(self.shape.hidden_size, self.shape.vocab_size, bias=False)
+            self.to(dtype)
+        self.to_empty(device=self.device)
+        if self.shape.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary = RotaryEmbedding(
+            RopeSettings.from_config(config),
+            self.shape.head_dim,
+            max_positions or self.shape.max_position_embeddings,
+            dtype,
+            self.device,
+        )
+        self.attention_backend: AttentionBackend | None = None
+        self.kv_cache: PagedKVCache | None = None
+
+    def attach(self, attention_backend: AttentionBackend, kv_cache: PagedKVCache) -> None:
+        self.attention_backend = attention_backend
+        self.kv_cache = kv_cache
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Run one step; the backend must already be prepared for ``batch``."""
+        if self.attention_backend is None or self.kv_cache is None:
+            raise RuntimeError("attach an attention backend and a KV cache before calling forward")
+        cos, sin = self.rotary.cos_sin(batch.positions)
+        hidden = self.model.embed_tokens(batch.input_ids)
+        for layer in self.model.layers:
+            hidden = layer(hidden, cos, sin, batch, self.attention_backend, self.kv_cache)
+        last_hidden = hidden[batch.last_token_indices]
+        return self.lm_head(self.model.norm(last_hidden)).float()

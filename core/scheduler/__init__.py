@@ -1,0 +1,1 @@
+"""The scheduler process: requests, KV memory, batching and the model loop."""

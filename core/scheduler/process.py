@@ -1,0 +1,34 @@
+"""Entry point of a scheduler child process."""
+
+from __future__ import annotations
+
+import logging
+
+from tercet.child_process import run_child
+
+
+def run_scheduler_process(config, port_args, ready_writer) -> None:
+    run_child("scheduler", config, ready_writer, lambda context: _build(context, port_args))
+
+
+def _build(context, port_args):
+    from tercet.model.model_runner import ModelRunner
+    from tercet.scheduler.scheduler import Scheduler
+
+    config = context.config
+    model_runner = ModelRunner(
+        model_path=config.model.path,
+        dtype=config.model.dtype,
+        device=config.model.device,
+        attention_backend_factory=context.registries.attention_backends.get(config.attention.backend),
+        max_total_tokens=config.cache.max_total_tokens,
+        page_size=config.cache.page_size,
+        max_running_requests=config.scheduler.max_running_requests,
+    )
+    scheduler = Scheduler(context, port_args, model_runner)
+    logging.getLogger(__name__).info(
+        "model loaded: %s (%s on %s), KV cache of %d tokens",
+        config.model.path, model_runner.dtype, model_runner.device, model_runner.page_allocator.num_total * model_runner.page_size,
+    )
+    ready_info = {"context_len": model_runner.context_len}
+    return scheduler, ready_info

@@ -1,0 +1,195 @@
+"""The TokenizerManager: the API side of every request, in the main process.
+
+It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
+``ReqState`` per request id until the caller has consumed the last output;
+an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
+waiting callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import uuid
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import zmq
+import zmq.asyncio
+
+from tercet.channels import AsyncMessageReceiver, MessageSender
+from tercet.dispatcher import TypeBasedDispatcher
+from tercet.errors import RequestError
+from tercet.io_struct import GenerateOutput, GenerateRequest
+from tercet.messages import AbortReq, BatchStrOutput, TokenizedGenerateReq
+from tercet.plugin_manager import message_handlers
+from tercet.process_context import ProcessContext
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ReqState:
+    request: GenerateRequest
+    prompt_tokens: int
+    out_list: list[GenerateOutput] = field(default_factory=list)
+    finished: bool = False
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class TokenizerManager:
+    def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int):
+        self.context = context
+        self.tokenizer = tokenizer
+        self.served_model_name = served_model_name
+        self.context_len = context_len
+        self.vocab_size = len(tokenizer)
+        serializer = context.create_serializer()
+        # Sending never blocks (unbounded queue), so a plain socket serves the event loop.
+        self.sync_zmq_context = zmq.Context()
+        self.sender_to_scheduler = MessageSender(self.sync_zmq_context, port_args.scheduler_input, serializer)
+        self.async_zmq_context = zmq.asyncio.Context()
+        self.receiver = AsyncMessageReceiver(self.async_zmq_context, port_args.tokenizer_input, serializer, bind=True)
+        self.rid_to_state: dict[str, ReqState] = {}
+        self.dispatcher = TypeBasedDispatcher(
+            [
+                (BatchStrOutput, self.handle_batch_str_output),
+                *[
+                    (message_type, lambda message, handler=handler: handler(self, message))
+                    for message_type, handler in message_handlers(context.plugin_manager, "tokenizer")
+                ],
+            ]
+        )
+        self.unhealthy_reason: str | None = None
+        self.handle_loop_task: asyncio.Task | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        self.handle_loop_task = asyncio.get_running_loop().create_task(self.handle_loop())
+
+    async def handle_loop(self) -> None:
+        while True:
+            message = await self.receiver.receive()
+            try:
+                self.dispatcher(message)
+            except Exception:
+                logger.exception("failed to handle %s", type(message).__name__)
+
+    def close(self) -> None:
+        if self.handle_loop_task is not None:
+            self.handle_loop_task.cancel()
+        self.receiver.close()
+        self.sender_to_scheduler.close()
+
+    def is_healthy(self) -> bool:
+        return self.unhealthy_reason is None
+
+    # -- requests -----------------------------------------------------------
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        try:
+            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        except Exception as error:  # template errors are the request's fault
+            raise RequestError(f"messages could not be formatted with the chat template: {error}", "messages") from None
+        if isinstance(encoded, dict) or hasattr(encoded, "input_ids"):
+            encoded = encoded["input_ids"]
+        return list(encoded)
+
+    def tokenize(self, request: GenerateRequest) -> list[int]:
+        if request.input_ids is not None:
+            input_ids = list(request.input_ids)
+            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.vocab_size for t in input_ids):
+                raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})", "input_ids")
+        elif isinstance(request.text, str):
+            input_ids = self.tokenizer.encode(request.text)
+        else:
+            raise RequestError("a prompt is required: text or input_ids", "prompt")
+        if not input_ids:
+            raise RequestError("the prompt is empty", "prompt")
+        return input_ids
+
+    def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
+        if num_prompt_tokens + max_new_tokens > self.context_len:
+            raise RequestError(
+                f"the prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_new_tokens}) exceeds "
+                f"the model's context length of {self.context_len} tokens",
+                "max_tokens",
+            )
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+        request.sampling_params.validate()
+        input_ids = self.tokenize(request)
+        self.check_length(len(input_ids), request.sampling_params.max_new_tokens)
+        rid = request.rid or uuid.uuid4().hex
+        if rid in self.rid_to_state:
+            raise RequestError(f"request id {rid!r} is already in use", "rid")
+        sampling_params = request.sampling_params
+        if sampling_params.seed is None:
+            # Fixed here, so what the scheduler receives fully determines the output.
+            sampling_params = dataclasses.replace(sampling_params, seed=secrets.randbits(63))
+        state = ReqState(request, len(input_ids))
+        self.rid_to_state[rid] = state
+        self.sender_to_scheduler.send(TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream))
+        try:
+            async for output in self._wait_for_outputs(rid, state):
+                yield output
+        finally:
+            if not state.finished:
+                # The caller stopped early (client gone, say): free the scheduler's work.
+                self.abort(rid)
+            self.rid_to_state.pop(rid, None)
+
+    async def _wait_for_outputs(self, rid: str, state: ReqState) -> AsyncIterator[GenerateOutput]:
+        collected: list[GenerateOutput] = []
+        while True:
+            await state.event.wait()
+            state.event.clear()
+            pieces, state.out_list = state.out_list, []
+            if state.request.stream:
+                if pieces:
+                    yield merge_outputs(rid, pieces)
+            else:
+                collected.extend(pieces)
+            if state.finished:
+                break
+        if not state.request.stream:
+            yield merge_outputs(rid, collected)
+
+    def abort(self, rid: str) -> None:
+        self.sender_to_scheduler.send(AbortReq(rid))
+
+    def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
+        for index, rid in enumerate(batch.rids):
+            state = self.rid_to_state.get(rid)
+            if state is None:  # already consumed or aborted by its caller
+                continue
+            finish_reason = batch.finished_reasons[index]
+            state.out_list.append(
+                GenerateOutput(
+                    rid=rid,
+                    text=batch.text_deltas[index],
+                    token_ids=list(batch.new_token_ids[index]),
+                    finish_reason=finish_reason,
+                    prompt_tokens=batch.prompt_tokens[index],
+                    completion_tokens=batch.completion_tokens[index],
+                )
+            )
+            if finish_reason is not None:
+                state.finished = True
+            state.event.set()
+
+
+def merge_outputs(rid: str, pieces: list[GenerateOutput]) -> GenerateOutput:
+    """Join consecutive deltas into one (the latest counts and finish reason win)."""
+    last = pieces[-1]
+    return GenerateOutput(
+        rid=rid,
+        text="".join(piece.text for piece in pieces),
+        token_ids=[token for piece in pieces for token in piece.token_ids],
+        finish_reason=last.finish_reason,
+        prompt_tokens=last.prompt_tokens,
+        completion_tokens=last.completion_tokens,
+    )

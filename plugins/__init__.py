@@ -1,0 +1,1 @@
+"""Built-in plugins, registered through the ``tercet`` entry-point group like any third party's."""

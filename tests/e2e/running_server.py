@@ -1,0 +1,66 @@
+"""Start a real ``tercet serve`` in a subprocess for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class RunningServer:
+    def __init__(self, model_path: Path | None, log_path: Path, settings: list[str] = (), extra_args: list[str] = ()):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        command = [sys.executable, "-m", "tercet", "serve", "--port", str(self.port)]
+        if model_path is not None:  # None: the built-in default model
+            command += ["--model", str(model_path)]
+        for setting in settings:
+            command += ["--set", setting]
+        command += list(extra_args)
+        self.log_file = open(log_path, "w")
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, env=dict(os.environ))
+
+    def wait_until_healthy(self, timeout: float = 300) -> "RunningServer":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"server not healthy after {timeout} s:\n{self.log()}")
+
+    def child_processes(self) -> list[psutil.Process]:
+        return psutil.Process(self.process.pid).children(recursive=True)
+
+    def log(self) -> str:
+        self.log_file.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+        return self.process.returncode

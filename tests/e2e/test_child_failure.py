@@ -1,0 +1,60 @@
+"""A child that dies, at start-up or later, stops the whole server: non-zero exit, no process left."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from conftest import TINY_SETTINGS
+from running_server import RunningServer
+
+
+def gone(pids):
+    return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_sigkill_of_the_scheduler_stops_the_server(tmp_path, tiny_llama_dir):
+    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS).wait_until_healthy()
+    children = [child.pid for child in server.child_processes()]
+    scheduler_pid = int(re.search(r"scheduler is ready \(pid (\d+)\)", server.log()).group(1))
+    assert scheduler_pid in children
+    os.kill(scheduler_pid, signal.SIGKILL)
+    try:
+        server.process.wait(timeout=15)
+    finally:
+        server.stop()
+    assert server.process.returncode != 0
+    assert "scheduler process died (killed by signal SIGKILL)" in server.log()
+    deadline = time.monotonic() + 5
+    while gone(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert gone(children) == []
+
+
+def test_a_child_failing_at_start_up_is_named(tmp_path, tiny_llama_dir):
+    broken_model = tmp_path / "broken-model"
+    broken_model.mkdir()
+    for name in os.listdir(tiny_llama_dir):
+        if not name.endswith(".safetensors"):
+            os.symlink(tiny_llama_dir / name, broken_model / name)
+    server = RunningServer(broken_model, tmp_path / "server.log", TINY_SETTINGS)
+    try:
+        server.process.wait(timeout=120)
+    finally:
+        server.stop()
+    assert server.process.returncode != 0
+    assert "scheduler process failed" in server.log()
+
+
+def test_a_missing_model_directory_is_a_clear_error(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "tercet", "serve", "--model", str(tmp_path / "nowhere")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode != 0
+    assert "nowhere" in completed.stderr

@@ -1,0 +1,186 @@
+"""Greedy output of the lean model over the paged cache equals transformers, token for token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from tercet.errors import ConfigError
+from tercet.model.model_runner import ModelRunner
+from tercet.model.sampler import SamplingBatch, sample
+from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.sampling_params import SamplingParams
+
+PAGE_SIZE = 4
+
+
+@dataclass
+class Sequence:
+    row: int
+    token_ids: list[int]
+    num_cached: int = 0
+    pages: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+
+
+class PagedGreedyDriver:
+    """What a scheduler does, reduced to the bone: pages in, one forward per step, tokens out."""
+
+    def __init__(self, runner: ModelRunner):
+        self.runner = runner
+
+    def start(self, prompt_ids: list[int]) -> Sequence:
+        return Sequence(row=self.runner.req_to_token_pool.alloc(), token_ids=list(prompt_ids))
+
+    def step(self, chunks: dict[int, int] | None = None, *sequences: Sequence) -> None:
+        """One forward over ``sequences``; ``chunks`` caps how many uncached tokens one may feed."""
+        chunks = chunks or {}
+        new_token_ids = []
+        for i, sequence in enumerate(sequences):
+            end = len(sequence.token_ids)
+            if i in chunks:
+                end = min(end, sequence.num_cached + chunks[i])
+            self._reserve(sequence, end)
+            new_token_ids.append(sequence.token_ids[sequence.num_cached : end])
+        batch = self.runner.build_batch(
+            [s.row for s in sequences], [s.num_cached for s in sequences], new_token_ids
+        )
+        logits = self.runner.forward(batch)
+        num = len(sequences)
+        greedy = SamplingBatch.from_params([SamplingParams(temperature=0)] * num, [0] * num, [0] * num, "cpu")
+        next_tokens = sample(logits, greedy).tolist()
+        for sequence, new, token in zip(sequences, new_token_ids, next_tokens):
+            sequence.num_cached += len(new)
+            if sequence.num_cached == len(sequence.token_ids):  # a partial chunk samples nothing
+                sequence.token_ids.append(token)
+                sequence.output_ids.append(token)
+
+    def _reserve(self, sequence: Sequence, num_tokens: int) -> None:
+        page_size = self.runner.page_size
+        needed = -(-num_tokens // page_size) - len(sequence.pages)
+        if needed > 0:
+            pages = self.runner.page_allocator.alloc(needed)
+            assert pages is not None, "test pool too small"
+            self.runner.req_to_token_pool.assign_pages(sequence.row, len(sequence.pages), pages, page_size)
+            sequence.pages += pages
+
+
+def transformers_greedy(model_dir, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    outputs = []
+    for prompt in prompts:
+        input_ids = torch.tensor([prompt])
+        generated = model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=model.config.eos_token_id,
+        )
+        outputs.append(generated[0, len(prompt) :].tolist())
+    return outputs
+
+
+def assert_same_greedy(ours: list[int], reference: list[int]) -> None:
+    # transformers stops at EOS; up to there the tokens must be identical.
+    assert reference, "reference generated nothing"
+    assert ours[: len(reference)] == reference
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_llama_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_llama_dir)
+
+
+def tiny_runner(model_dir, max_total_tokens: int = 512) -> ModelRunner:
+    return ModelRunner(
+        model_dir,
+        dtype="float32",
+        device="cpu",
+        attention_backend_factory=create_torch_native_backend,
+        max_total_tokens=max_total_tokens,
+        page_size=PAGE_SIZE,
+        max_running_requests=8,
+    )
+
+
+def test_mixed_batches_match_transformers_greedy(tiny_llama_dir, tokenizer):
+    texts = [
+        "The capital of France is",
+        "Once upon a time, in a land far away, there lived a small dragon who",
+        "def fibonacci(n):",
+        "Paging keeps memory in fixed size blocks so that many sequences of different lengths share one pool",
+    ]
+    prompts = [tokenizer(text)["input_ids"] for text in texts]
+    num_new = 10
+    driver = PagedGreedyDriver(tiny_runner(tiny_llama_dir))
+    a, b = driver.start(prompts[0]), driver.start(prompts[1])
+    driver.step(None, a, b)  # two prefills of different lengths
+    for _ in range(3):
+        driver.step(None, a, b)  # decodes
+    c = driver.start(prompts[2])
+    driver.step(None, a, b, c)  # decodes next to a new prompt's prefill
+    d = driver.start(prompts[3])
+    driver.step({1: 7}, c, d, a)  # the long prompt's first chunk
+    driver.step({1: 6}, d, b, c)  # its second chunk, continuing a cached prefix
+    while any(len(s.output_ids) < num_new for s in (a, b, c, d)):
+        driver.step(None, *[s for s in (a, b, c, d) if len(s.output_ids) < num_new])
+
+    reference = transformers_greedy(tiny_llama_dir, prompts, num_new)
+    for sequence, expected in zip((a, b, c, d), reference):
+        assert_same_greedy(sequence.output_ids, expected)
+
+
+def test_runner_reports_model_facts(tiny_llama_dir, tokenizer):
+    runner = tiny_runner(tiny_llama_dir, max_total_tokens=30)
+    assert runner.vocab_size == len(tokenizer)
+    assert runner.eos_token_ids == {tokenizer.eos_token_id}
+    assert runner.page_size == PAGE_SIZE
+    assert runner.page_allocator.num_total == 8  # ceil(30 / 4)
+    assert runner.kv_cache.k_buffers[0].shape == (32, 2, 16)
+    assert runner.req_to_token_pool.table.shape == (8, 32)  # the pool caps the context
+    assert runner.dtype == torch.float32 and runner.device.type == "cpu"
+
+
+def test_missing_weights_are_named(tmp_path, tiny_llama_dir):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    for path in tiny_llama_dir.iterdir():
+        if path.is_file():
+            shutil.copy(path, tmp_path / path.name)
+    state_dict = load_file(tmp_path / "model.safetensors")
+    del state_dict["model.layers.1.self_attn.k_proj.weight"]
+    save_file(state_dict, tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match="model.layers.1.self_attn.qkv_proj.weight"):
+        tiny_runner(tmp_path)
+
+
+@pytest.mark.real_model
+def test_default_model_chat_greedy_matches_transformers(default_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    runner = ModelRunner(
+        default_model_dir,
+        dtype="float32",
+        device="cpu",
+        attention_backend_factory=create_torch_native_backend,
+        max_total_tokens=256,
+        page_size=16,
+        max_running_requests=2,
+    )
+    driver = PagedGreedyDriver(runner)
+    sequence = driver.start(prompt)
+    while len(sequence.output_ids) < 12:
+        driver.step(None, sequence)
+    assert_same_greedy(sequence.output_ids, transformers_greedy(default_model_dir, [prompt], 12)[0])

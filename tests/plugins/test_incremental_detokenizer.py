@@ -1,0 +1,69 @@
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tercet.plugins.incremental_detokenizer import IncrementalDetokenizer
+
+TEXTS = [
+    "The capital of France is Paris.",
+    "日本語のテキストと中文混合 🙂🚀 émojis and accents — ok",
+    "  leading spaces\nand\ttabs  ",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(default_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir)
+
+
+def stream(detokenizer, rid, token_ids, chunk=1):
+    deltas = [detokenizer.append(rid, token_ids[i:i + chunk]) for i in range(0, len(token_ids), chunk)]
+    deltas.append(detokenizer.finish(rid))
+    return deltas
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_deltas_join_to_the_full_decode(tokenizer, text, chunk):
+    token_ids = tokenizer.encode(text, add_special_tokens=False)
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    detokenizer.start("r", skip_special_tokens=True)
+    deltas = stream(detokenizer, "r", token_ids, chunk)
+    assert "".join(deltas) == tokenizer.decode(token_ids, skip_special_tokens=True) == text
+    assert not any("\ufffd" in delta for delta in deltas)
+
+
+def test_requests_are_independent_and_forgotten(tokenizer):
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    a, b = (tokenizer.encode(t, add_special_tokens=False) for t in TEXTS[:2])
+    detokenizer.start("a")
+    detokenizer.start("b")
+    pieces = {"a": [], "b": []}
+    for i in range(max(len(a), len(b))):
+        if i < len(a):
+            pieces["a"].append(detokenizer.append("a", [a[i]]))
+        if i < len(b):
+            pieces["b"].append(detokenizer.append("b", [b[i]]))
+    pieces["a"].append(detokenizer.finish("a"))
+    pieces["b"].append(detokenizer.finish("b"))
+    assert "".join(pieces["a"]) == TEXTS[0] and "".join(pieces["b"]) == TEXTS[1]
+    assert detokenizer.states == {}
+
+
+def test_special_tokens_follow_the_request_setting(tokenizer):
+    token_ids = tokenizer.encode("Hi", add_special_tokens=False) + [tokenizer.eos_token_id]
+    for skip in (True, False):
+        detokenizer = IncrementalDetokenizer(tokenizer)
+        detokenizer.start("r", skip_special_tokens=skip)
+        text = "".join(stream(detokenizer, "r", token_ids))
+        assert text == tokenizer.decode(token_ids, skip_special_tokens=skip)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(token_ids=st.lists(st.integers(min_value=0, max_value=49151), max_size=24))
+def test_random_token_sequences_decode_exactly(tokenizer, token_ids):
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    detokenizer.start("r", skip_special_tokens=False)
+    assert "".join(stream(detokenizer, "r", token_ids)) == tokenizer.decode(token_ids, skip_special_tokens=False)

@@ -1,0 +1,63 @@
+"""Both built-in serializers round-trip every core message and refuse strangers."""
+
+import pickle
+from dataclasses import dataclass
+
+import msgpack
+import pytest
+
+from tercet.messages import (
+    CORE_MESSAGE_TYPES,
+    AbortReq,
+    BatchStrOutput,
+    BatchTokenIDOutput,
+    FinishReason,
+    MessageRegistry,
+    TokenizedGenerateReq,
+    UnknownMessageError,
+)
+from tercet.plugins.msgpack_serializer import MESSAGE_EXT_CODE, MsgpackSerializer
+from tercet.plugins.pickle_serializer import PickleSerializer
+from tercet.sampling_params import SamplingParams
+
+REGISTRY = MessageRegistry(CORE_MESSAGE_TYPES)
+
+MESSAGES = [
+    TokenizedGenerateReq("r1", [1, 2, 3], SamplingParams(max_new_tokens=5, temperature=0.0, seed=7, stop_token_ids=[2]), True),
+    AbortReq("r1"),
+    BatchTokenIDOutput(["a", "b"], [[1], [2, 3]], [None, FinishReason("stop", matched_token=2)], [3, 4], [1, 2], [True, False]),
+    BatchStrOutput(["a"], ["héllo 你好 🙂"], [[9]], [FinishReason("abort", message="gone", status_code=400)], [1], [1]),
+]
+
+
+@dataclass
+class NotRegistered:
+    x: int
+
+
+@pytest.mark.parametrize("serializer_class", [MsgpackSerializer, PickleSerializer])
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip(serializer_class, message):
+    serializer = serializer_class(REGISTRY)
+    assert serializer.decode(serializer.encode(message)) == message
+
+
+@pytest.mark.parametrize("serializer_class", [MsgpackSerializer, PickleSerializer])
+def test_unregistered_types_are_refused_both_ways(serializer_class):
+    serializer = serializer_class(REGISTRY)
+    with pytest.raises(UnknownMessageError):
+        serializer.encode(NotRegistered(1))
+
+
+def test_msgpack_decodes_only_registered_tags():
+    serializer = MsgpackSerializer(REGISTRY)
+    forged = msgpack.packb(msgpack.ExtType(MESSAGE_EXT_CODE, msgpack.packb(["os.system", "echo hi"])))
+    with pytest.raises(UnknownMessageError, match="os.system"):
+        serializer.decode(forged)
+    with pytest.raises(UnknownMessageError, match="not a registered message"):
+        serializer.decode(msgpack.packb({"plain": "dict"}))
+
+
+def test_pickle_refuses_unregistered_objects():
+    with pytest.raises(UnknownMessageError):
+        PickleSerializer(REGISTRY).decode(pickle.dumps({"plain": "dict"}))

@@ -1,0 +1,40 @@
+import json
+import subprocess
+import sys
+
+from tercet.cli import main
+
+
+def test_config_show_prints_resolved_values(capsys):
+    assert main(["config", "show", "--port", "8123", "--set", "scheduler.max_running_requests=7"]) == 0
+    shown = capsys.readouterr().out
+    assert "port = 8123" in shown
+    assert "max_running_requests = 7" in shown
+
+
+def test_config_show_rejects_unknown_key(capsys):
+    assert main(["config", "show", "--set", "server.colour=blue"]) != 0
+    assert "server.colour" in capsys.readouterr().err
+
+
+def test_config_show_rejects_unknown_plugin_name(capsys):
+    assert main(["config", "show", "--set", "ipc.transport=carrier-pigeon"]) != 0
+    assert "available: ipc, tcp" in capsys.readouterr().err
+
+
+def test_plugins_json_lists_builtins_with_distribution():
+    completed = subprocess.run(
+        [sys.executable, "-m", "tercet", "plugins", "--json"], capture_output=True, text=True, check=True
+    )
+    plugins = {plugin["name"]: plugin for plugin in json.loads(completed.stdout)}
+    serializer = plugins["msgpack_serializer"]
+    assert serializer["distribution"] == "tercet"
+    assert serializer["hooks"] == ["register_serializers"]
+    assert serializer["registers"] == [{"kind": "serializer", "name": "msgpack"}]
+    assert {"kind": "attention backend", "name": "torch_native"} in plugins["torch_native_attention"]["registers"]
+
+
+def test_plugins_text_listing(capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "registers transport: tcp" in out

@@ -1,0 +1,104 @@
+import pytest
+
+from tercet.config import (
+    TercetConfig,
+    check_plugin_choices,
+    config_as_toml,
+    load_config,
+    parse_set_options,
+)
+from tercet.errors import ConfigError
+from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+
+
+def test_defaults_match_the_documented_names():
+    config = load_config(environ={})
+    assert config == TercetConfig()
+    assert (config.server.host, config.server.port) == ("127.0.0.1", 30000)
+    assert config.ipc.transport == "ipc" and config.ipc.serializer == "msgpack"
+    assert config.scheduler.policy == "fcfs"
+    assert config.attention.backend == "torch_native"
+    assert config.detokenizer.strategy == "incremental"
+
+
+def test_precedence_defaults_toml_environment_command_line(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text('[server]\nport = 1111\nhost = "0.0.0.0"\n[scheduler]\nmax_running_requests = 3\n')
+    environ = {"TERCET_SERVER_PORT": "2222", "TERCET_CACHE_DIR": "/not/a/key"}
+    config = load_config(str(toml), environ=environ, overrides=parse_set_options(["server.port=3333"]))
+    assert config.server.port == 3333
+    assert config.server.host == "0.0.0.0"
+    assert config.scheduler.max_running_requests == 3
+    assert load_config(str(toml), environ=environ).server.port == 2222
+
+
+def test_config_file_from_environment(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text("[cache]\npage_size = 4\n")
+    assert load_config(environ={"TERCET_CONFIG": str(toml)}).cache.page_size == 4
+
+
+@pytest.mark.parametrize(
+    "assignment, named",
+    [
+        ("scheduler.nope=1", "scheduler.nope"),
+        ("nosuch.key=1", "[nosuch]"),
+        ("model.dtype=float16", "model.dtype"),
+        ("server.port=abc", "server.port"),
+        ("cache.page_size=0", "cache.page_size"),
+        ("cache.prefix_cache=maybe", "cache.prefix_cache"),
+    ],
+)
+def test_bad_keys_and_values_are_named(assignment, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.").replace("[", r"\[").replace("]", r"\]")):
+        load_config(environ={}, overrides=parse_set_options([assignment]))
+
+
+def test_choice_error_lists_allowed_values():
+    with pytest.raises(ConfigError, match="float32.*bfloat16"):
+        load_config(environ={}, overrides=parse_set_options(["model.dtype=half"]))
+
+
+def test_toml_type_errors_are_named(tmp_path):
+    toml = tmp_path / "bad.toml"
+    toml.write_text('[server]\nport = "eighty"\n')
+    with pytest.raises(ConfigError, match="server.port must be a int"):
+        load_config(str(toml), environ={})
+
+
+def test_invalid_toml_and_missing_file(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[server\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(str(broken), environ={})
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(str(tmp_path / "missing.toml"), environ={})
+
+
+def test_optional_values_and_plugin_tables(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text('[model]\nserved_model_name = "smol"\n[plugins.fair_share]\nweights = {a = 2}\n')
+    overrides = parse_set_options(["model.served_model_name=none", "plugins.fair_share.default=3"])
+    config = load_config(str(toml), environ={}, overrides=overrides)
+    assert config.model.served_model_name is None
+    assert config.plugins == {"fair_share": {"weights": {"a": 2}, "default": 3}}
+
+
+def test_malformed_set_option():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        parse_set_options(["server.port"])
+
+
+def test_unknown_plugin_name_lists_available():
+    registries = PluginRegistries.from_plugin_manager(create_plugin_manager())
+    config = load_config(environ={}, overrides=parse_set_options(["detokenizer.strategy=nope"]))
+    with pytest.raises(ConfigError, match="unknown detokenizer 'nope'; available: .*incremental"):
+        check_plugin_choices(config, registries)
+
+
+def test_config_as_toml_round_trips(tmp_path):
+    config = load_config(environ={}, overrides=parse_set_options(["scheduler.max_running_requests=5", "server.api_key=s3cret"]))
+    text = config_as_toml(config)
+    assert "s3cret" not in text
+    (tmp_path / "shown.toml").write_text(text.replace('api_key = "***"', 'api_key = "s3cret"'))
+    assert load_config(str(tmp_path / "shown.toml"), environ={}) == config
