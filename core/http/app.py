@@ -66,6 +66,8 @@ def _bind(endpoint: Endpoint, tokenizer_manager) -> Callable[[Request], Awaitabl
             return await endpoint(request, tokenizer_manager)
         except RequestError as exc:
             return request_error_response(exc)
+        except HTTPException:
+            raise  # a plugin's deliberate status; the app's handler formats it
         except ClientDisconnect:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         except Exception:

@@ -1,4 +1,4 @@
-"""``POST /generate``, SGLang's native API, and the generation plumbing every route shares.
+"""``POST /generate``, SGLang's native API.
 
 Body: ``{"text": str | "input_ids": [int], "sampling_params": {...}, "stream": bool,
 "rid": str}``. The answer is ``{"text", "output_ids", "meta_info"}``; a stream sends
@@ -15,7 +15,8 @@ from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
 from tercet.http.errors import raise_if_refused, read_json_object
-from tercet.http.sse import EventStreamResponse, cancel_on_disconnect, event_stream
+from tercet.http.generation import GenerationStream, collect_generation, open_generation
+from tercet.http.sse import EventStreamResponse, event_stream
 from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.sampling_params import SamplingParams
 
@@ -23,76 +24,6 @@ SAMPLING_PARAM_NAMES = tuple(field.name for field in dataclasses.fields(Sampling
 BOOLEAN_SAMPLING_PARAMS = ("ignore_eos", "skip_special_tokens")
 # SamplingParams.validate names parameters the OpenAI way.
 NATIVE_PARAM_NAMES = {"max_tokens": "max_new_tokens"}
-
-
-class GenerationStream:
-    """The pieces of one generation, the first one already received.
-
-    ``aclose`` closes the TokenizerManager's iterator, which aborts the request
-    if it has not finished; closing twice is harmless.
-    """
-
-    def __init__(self, first: GenerateOutput, rest: AsyncIterator[GenerateOutput]):
-        self._first: GenerateOutput | None = first
-        self._rest = rest
-
-    def __aiter__(self) -> "GenerationStream":
-        return self
-
-    async def __anext__(self) -> GenerateOutput:
-        if self._first is not None:
-            piece, self._first = self._first, None
-            return piece
-        return await anext(self._rest)
-
-    async def aclose(self) -> None:
-        await _close(self._rest)
-
-
-async def start_generation(outputs: AsyncIterator[GenerateOutput]) -> GenerationStream:
-    """Wait for the first piece, so that a bad or refused request is answered
-    with its own status before a streaming 200 goes out."""
-    try:
-        first = await anext(outputs)
-        raise_if_refused(first.finish_reason)
-    except StopAsyncIteration:
-        await _close(outputs)
-        raise RuntimeError("the generation ended without any output") from None
-    except BaseException:
-        await _close(outputs)
-        raise
-    return GenerationStream(first, outputs)
-
-
-async def open_generation(request: Request, tokenizer_manager, generate_request: GenerateRequest) -> GenerationStream:
-    """Start a generation; if the client leaves before the first piece, it is aborted."""
-    return await cancel_on_disconnect(request.receive, start_generation(tokenizer_manager.generate(generate_request)))
-
-
-async def collect_generation(request: Request, stream: GenerationStream) -> GenerateOutput:
-    """The whole output as one piece; a client that leaves meanwhile aborts it."""
-    try:
-        return await cancel_on_disconnect(request.receive, _merge(stream))
-    finally:
-        await stream.aclose()
-
-
-async def _merge(stream: GenerationStream) -> GenerateOutput:
-    texts: list[str] = []
-    token_ids: list[int] = []
-    async for piece in stream:
-        texts.append(piece.text)
-        token_ids.extend(piece.token_ids)
-        if piece.finished:
-            raise_if_refused(piece.finish_reason)
-            return dataclasses.replace(piece, text="".join(texts), token_ids=token_ids)
-    raise RuntimeError("the generation ended without a finish reason")
-
-
-async def _close(outputs: AsyncIterator) -> None:
-    aclose = getattr(outputs, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 # -- POST /generate -----------------------------------------------------------
@@ -123,7 +54,8 @@ def parse_generate_request(body: dict) -> GenerateRequest:
     rid = body.get("rid")
     if rid is not None and (not isinstance(rid, str) or not rid):
         raise RequestError("rid must be a non-empty string", "rid")
-    return GenerateRequest(_parse_sampling_params(body.get("sampling_params")), text, input_ids, stream, rid)
+    sampling_params = _parse_sampling_params(body.get("sampling_params"))
+    return GenerateRequest(sampling_params, text=text, input_ids=input_ids, stream=stream, rid=rid)
 
 
 def _parse_sampling_params(raw) -> SamplingParams:

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.http.errors import raise_if_refused, read_json_object
-from tercet.http.native_api import GenerationStream, collect_generation, open_generation
+from tercet.http.generation import GenerationStream, collect_generation, open_generation
 from tercet.http.openai_protocol import (
     OpenAIRequest,
     chat_completion_chunk,

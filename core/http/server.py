@@ -40,7 +40,7 @@ async def serve_http(
     try:
         config = Config()
         config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
+        config.errorlog = _hypercorn_logger()
         config.graceful_timeout = graceful_timeout
         config.backlog = LISTEN_BACKLOG
         bound_port = listener.getsockname()[1]
@@ -66,6 +66,15 @@ def _listen(host: str, port: int) -> socket.socket:
         listener.close()
         raise
     return listener
+
+
+def _hypercorn_logger() -> logging.Logger:
+    # hypercorn logs its own "Running on …" at INFO; the line above says the
+    # same, so only its warnings and errors come through.
+    hypercorn_logger = logging.getLogger("tercet.http.hypercorn")
+    if hypercorn_logger.level == logging.NOTSET:
+        hypercorn_logger.setLevel(logging.WARNING)
+    return hypercorn_logger
 
 
 def _url_host(host: str) -> str:

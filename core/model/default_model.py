@@ -53,10 +53,12 @@ def ensure_default_model(cache_dir: str | None = None, progress: bool = True) ->
     if _is_complete(target):
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive_lock(models_dir / f".{DEFAULT_MODEL_NAME}.lock"):
+    report = _Progress(progress)
+    with _exclusive_lock(models_dir / f".{DEFAULT_MODEL_NAME}.lock", report):
         # Another process may have finished the conversion while we waited.
         if not _is_complete(target):
-            _convert(find_default_gguf(), target, _Progress(progress))
+            _remove_abandoned_staging(models_dir)
+            _convert(find_default_gguf(), target, report)
     return target
 
 
@@ -80,10 +82,22 @@ def _is_complete(model_dir: Path) -> bool:
     return (model_dir / "config.json").is_file() and (model_dir / "model.safetensors").is_file()
 
 
+def _remove_abandoned_staging(models_dir: Path) -> None:
+    # Holding the lock means no conversion is running: any staging directory
+    # left is from one that was killed.
+    for path in models_dir.glob(f".{DEFAULT_MODEL_NAME}.*"):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def _exclusive_lock(lock_path: Path):
+def _exclusive_lock(lock_path: Path, report: "_Progress"):
     with open(lock_path, "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report("another process is converting the default model; waiting for it")
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -75,7 +75,7 @@ class ModelRunner:
 
         self.model = LlamaForCausalLM(self.config, self.dtype, self.device, max_positions=self.context_len)
         load_weights(self.model, self.model_path)
-        self.model.eval()
+        self.model.eval().requires_grad_(False)
         shape = self.model.shape
         self.vocab_size = shape.vocab_size
 

@@ -1,9 +1,6 @@
 import pytest
 
-from running_server import RunningServer
-
-# Small pools keep start-up quick and memory low on a 2-core CI machine.
-TINY_SETTINGS = ["cache.max_total_tokens=4096", "cache.page_size=8", "scheduler.max_running_requests=8"]
+from running_server import TINY_SETTINGS, RunningServer
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+# Small pools keep start-up quick and memory low on a 2-core CI machine.
+TINY_SETTINGS = ["cache.max_total_tokens=4096", "cache.page_size=8", "scheduler.max_running_requests=8"]
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -51,7 +54,8 @@ class RunningServer:
         return psutil.Process(self.process.pid).children(recursive=True)
 
     def log(self) -> str:
-        self.log_file.flush()
+        if not self.log_file.closed:
+            self.log_file.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int:

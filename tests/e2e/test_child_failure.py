@@ -1,6 +1,5 @@
 """A child that dies, at start-up or later, stops the whole server: non-zero exit, no process left."""
 
-import json
 import os
 import re
 import signal
@@ -10,8 +9,7 @@ import time
 
 import psutil
 
-from conftest import TINY_SETTINGS
-from running_server import RunningServer
+from running_server import TINY_SETTINGS, RunningServer
 
 
 def gone(pids):

@@ -184,3 +184,44 @@ def test_default_model_chat_greedy_matches_transformers(default_model_dir):
     while len(sequence.output_ids) < 12:
         driver.step(None, sequence)
     assert_same_greedy(sequence.output_ids, transformers_greedy(default_model_dir, [prompt], 12)[0])
+
+
+
+def test_llama3_rope_and_qkv_bias_match_transformers(tmp_path):
+    """Positions past the original context exercise llama3 scaling; biases exercise their loading."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        attention_bias=True,
+        mlp_bias=True,
+        tie_word_embeddings=True,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    )
+    reference = LlamaForCausalLM(config).eval()
+    reference.save_pretrained(tmp_path)
+    prompt = torch.randint(0, 300, (90,), generator=torch.Generator().manual_seed(0)).tolist()
+
+    driver = PagedGreedyDriver(tiny_runner(tmp_path))
+    sequence = driver.start(prompt)
+    driver.step({0: 50}, sequence)  # the first chunk fills the cache; the second reads it
+    driver._reserve(sequence, len(prompt))
+    batch = driver.runner.build_batch([sequence.row], [50], [prompt[50:]])
+    logits = driver.runner.forward(batch)
+    with torch.no_grad():
+        expected = reference(torch.tensor([prompt])).logits[0, -1]
+    torch.testing.assert_close(logits[0], expected, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,411 @@
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import re
+
+import httpx
+import pytest
+from starlette.responses import JSONResponse
+
+from tercet.errors import RequestError
+from tercet.http.app import create_app
+from tercet.http.server import serve_http
+from tercet.io_struct import GenerateOutput, GenerateRequest
+from tercet.messages import FinishReason
+
+pytestmark = pytest.mark.anyio
+
+MODEL = "stand-in-model"
+HANG = object()  # script item: wait until cancelled or closed
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def piece(text, token_ids, finish=None, completion_tokens=None) -> GenerateOutput:
+    return GenerateOutput("", text, token_ids, finish, prompt_tokens=3, completion_tokens=completion_tokens or 0)
+
+
+STOP = FinishReason("stop", matched_token=2)
+STREAMED = [piece("Hel", [5, 6], completion_tokens=2), piece("lo", [7], STOP, completion_tokens=3)]
+WHOLE = [piece("Hello", [5, 6, 7], FinishReason("length"), completion_tokens=3)]
+
+
+class ScriptedOutputs:
+    """What the stand-in's ``generate`` returns: scripted pieces, errors or a hang."""
+
+    def __init__(self, rid: str, script: list):
+        self.rid = rid
+        self.script = list(script)
+        self.aclose_calls = 0
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> GenerateOutput:
+        if self.aclose_calls or not self.script:
+            raise StopAsyncIteration
+        item = self.script.pop(0)
+        if item is HANG:
+            await asyncio.Event().wait()
+        if isinstance(item, BaseException):
+            raise item
+        return dataclasses.replace(item, rid=self.rid)
+
+    async def aclose(self) -> None:
+        self.aclose_calls += 1
+
+
+class StandInTokenizerManager:
+    served_model_name = MODEL
+    context_len = 64
+
+    def __init__(self, script: list | None = None, healthy: bool = True):
+        self.script = script
+        self.healthy = healthy
+        self.requests: list[GenerateRequest] = []
+        self.templated: list[list[dict]] = []
+        self.outputs: list[ScriptedOutputs] = []
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        self.templated.append(messages)
+        return [1] * (4 * len(messages))
+
+    def generate(self, request: GenerateRequest) -> ScriptedOutputs:
+        self.requests.append(request)
+        script = self.script if self.script is not None else (STREAMED if request.stream else WHOLE)
+        self.outputs.append(ScriptedOutputs(request.rid or "rid-0", script))
+        return self.outputs[-1]
+
+    def is_healthy(self) -> bool:
+        return self.healthy
+
+
+def client_for(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://tercet")
+
+
+async def post(body, path="/v1/completions", manager=None, **app_options) -> httpx.Response:
+    async with client_for(create_app(manager or StandInTokenizerManager(), **app_options)) as client:
+        if isinstance(body, (bytes, str)):
+            return await client.post(path, content=body)
+        return await client.post(path, json=body)
+
+
+def sse_events(response: httpx.Response) -> list[dict]:
+    assert response.headers["content-type"].startswith("text/event-stream")
+    blocks = [block for block in response.text.split("\n\n") if block]
+    assert all(block.startswith("data: ") for block in blocks)
+    assert blocks[-1] == "data: [DONE]"
+    return [json.loads(block.removeprefix("data: ")) for block in blocks[:-1]]
+
+
+# -- /v1/completions --------------------------------------------------------------
+
+
+async def test_completion():
+    manager = StandInTokenizerManager()
+    response = await post({"model": MODEL, "prompt": "Say"}, manager=manager)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["id"].startswith("cmpl-") and body["object"] == "text_completion" and body["model"] == MODEL
+    assert body["choices"] == [{"index": 0, "text": "Hello", "logprobs": None, "finish_reason": "length"}]
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    request = manager.requests[0]
+    assert request.text == "Say" and request.sampling_params.max_new_tokens == 16 and not request.stream
+    assert manager.outputs[0].aclose_calls >= 1
+
+
+async def test_completion_stream():
+    response = await post({"model": MODEL, "prompt": "Say", "stream": True})
+    chunks = sse_events(response)
+    assert [c["choices"][0]["text"] for c in chunks] == ["Hel", "lo", ""]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, "stop"]
+    assert len({c["id"] for c in chunks}) == 1 and chunks[0]["id"].startswith("cmpl-")
+    assert all(c["object"] == "text_completion" and "usage" not in c for c in chunks)
+
+
+async def test_completion_stream_with_usage():
+    body = {"model": MODEL, "prompt": "Say", "stream": True, "stream_options": {"include_usage": True}}
+    chunks = sse_events(await post(body))
+    assert [c["usage"] for c in chunks[:-1]] == [None, None, None]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 6
+
+
+# -- /v1/chat/completions ---------------------------------------------------------
+
+
+async def test_chat_completion():
+    manager = StandInTokenizerManager()
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    response = await post({"model": MODEL, "messages": messages}, "/v1/chat/completions", manager)
+    body = response.json()
+    assert response.status_code == 200 and body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "Hello"}, "logprobs": None, "finish_reason": "length"}
+    ]
+    assert manager.templated == [[{"role": "user", "content": "hi"}]]
+    request = manager.requests[0]
+    assert request.input_ids == [1] * 4 and request.sampling_params.max_new_tokens == 64 - 4
+
+
+async def test_chat_completion_stream():
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    chunks = sse_events(await post(body, "/v1/chat/completions"))
+    assert [c["choices"][0]["delta"] for c in chunks[:-1]] == [
+        {"role": "assistant", "content": ""},
+        {"content": "Hel"},
+        {"content": "lo"},
+        {},
+    ]
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "stop"]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+
+
+# -- /generate --------------------------------------------------------------------
+
+
+async def test_native_generate():
+    manager = StandInTokenizerManager()
+    body = {"text": "Say", "sampling_params": {"max_new_tokens": 3, "temperature": 0, "stop_token_ids": [2]}, "rid": "r1"}
+    response = await post(body, "/generate", manager)
+    assert response.status_code == 200
+    assert response.json() == {
+        "text": "Hello",
+        "output_ids": [5, 6, 7],
+        "meta_info": {"id": "r1", "finish_reason": {"type": "length"}, "prompt_tokens": 3, "completion_tokens": 3},
+    }
+    params = manager.requests[0].sampling_params
+    assert (params.max_new_tokens, params.temperature, params.stop_token_ids) == (3, 0, [2])
+
+
+async def test_native_generate_stream_is_cumulative():
+    events = sse_events(await post({"input_ids": [1, 2], "stream": True}, "/generate"))
+    assert [(e["text"], e["output_ids"]) for e in events] == [("Hel", [5, 6]), ("Hello", [5, 6, 7])]
+    assert [e["meta_info"]["finish_reason"] for e in events] == [None, {"type": "stop", "matched": 2}]
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"text": "x", "sampling_params": {"top_k": 5}}, "sampling_params.top_k"),
+        ({"text": "x", "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
+        ({"text": "x", "sampling_params": {"ignore_eos": "yes"}}, "sampling_params.ignore_eos"),
+        ({"text": "x", "input_ids": [1]}, "text"),
+        ({"input_ids": []}, "input_ids"),
+    ],
+)
+async def test_native_generate_rejects_bad_bodies(body, param):
+    response = await post(body, "/generate")
+    assert response.status_code == 400 and response.json()["error"]["param"] == param
+    if param == "sampling_params.top_k":
+        assert "'top_k'" in response.json()["error"]["message"]
+
+
+# -- models, health, errors -------------------------------------------------------
+
+
+async def test_models():
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        body = (await client.get("/v1/models")).json()
+    assert body["object"] == "list"
+    [model] = body["data"]
+    assert model["id"] == MODEL and model["object"] == "model" and model["owned_by"] == "tercet"
+    assert isinstance(model["created"], int)
+
+
+@pytest.mark.parametrize("healthy, status", [(True, 200), (False, 503)])
+async def test_health(healthy, status):
+    async with client_for(create_app(StandInTokenizerManager(healthy=healthy))) as client:
+        response = await client.get("/health")
+    assert response.status_code == status
+    assert response.json()["status"] == ("ok" if healthy else "unhealthy")
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b"", b'{"prompt": "x", "temperature": NaN}'])
+async def test_malformed_bodies_are_400(body):
+    response = await post(body)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_unknown_model_is_404():
+    response = await post({"model": "gpt-4", "prompt": "x"})
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+
+
+async def test_bad_temperature_names_the_param():
+    response = await post({"model": MODEL, "prompt": "x", "temperature": -0.5})
+    error = response.json()["error"]
+    assert response.status_code == 400 and "temperature" in error["message"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "temperature", None)
+
+
+async def test_unknown_path_is_an_openai_style_404():
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        response = await client.get("/v1/nothing")
+    assert response.status_code == 404 and "message" in response.json()["error"]
+
+
+async def test_api_key():
+    app = create_app(StandInTokenizerManager(), api_key="sekret")
+    async with client_for(app) as client:
+        missing = await client.get("/v1/models")
+        wrong = await client.get("/v1/models", headers={"Authorization": "Bearer nope"})
+        right = await client.get("/v1/models", headers={"Authorization": "Bearer sekret"})
+        health = await client.get("/health")
+    assert missing.status_code == wrong.status_code == 401
+    assert wrong.json()["error"]["code"] == "invalid_api_key"
+    assert right.status_code == 200 and health.status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_refused_request_gets_its_status(stream):
+    refused = piece("", [], FinishReason("abort", message="prompt can never fit", status_code=400))
+    manager = StandInTokenizerManager(script=[refused])
+    response = await post({"model": MODEL, "prompt": "x", "stream": stream}, manager=manager)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "prompt can never fit"
+    assert manager.outputs[0].aclose_calls >= 1
+
+
+async def test_abort_without_status_is_a_finish_reason():
+    manager = StandInTokenizerManager(script=[piece("Hi", [5], FinishReason("abort", message="server stopping"))])
+    response = await post({"model": MODEL, "prompt": "x"}, manager=manager)
+    assert response.status_code == 200 and response.json()["choices"][0]["finish_reason"] == "abort"
+
+
+async def test_request_error_from_generate_is_400():
+    manager = StandInTokenizerManager(script=[RequestError("prompt is too long", "prompt")])
+    response = await post({"model": MODEL, "prompt": "x" * 10, "stream": True}, manager=manager)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "prompt"
+
+
+async def test_unexpected_error_is_500_and_the_server_keeps_serving(caplog):
+    manager = StandInTokenizerManager(script=[ValueError("boom")])
+    async with client_for(create_app(manager)) as client:
+        failed = await client.post("/v1/completions", json={"prompt": "x"})
+        manager.script = None
+        served = await client.post("/v1/completions", json={"prompt": "x"})
+    assert failed.status_code == 500 and failed.json()["error"]["type"] == "internal_error"
+    assert "boom" in caplog.text
+    assert served.status_code == 200
+
+
+async def test_error_in_mid_stream_becomes_an_error_event():
+    manager = StandInTokenizerManager(script=[STREAMED[0], RuntimeError("lost the scheduler")])
+    response = await post({"model": MODEL, "prompt": "x", "stream": True}, manager=manager)
+    chunks = sse_events(response)
+    assert chunks[0]["choices"][0]["text"] == "Hel"
+    assert chunks[-1]["error"]["type"] == "internal_error"
+
+
+async def test_extra_routes_get_the_tokenizer_manager_and_need_the_key():
+    async def echo_model(request, tokenizer_manager):
+        return JSONResponse({"model": tokenizer_manager.served_model_name})
+
+    app = create_app(StandInTokenizerManager(), api_key="k", extra_routes=[("/plugin/echo", echo_model, ["GET"])])
+    async with client_for(app) as client:
+        assert (await client.get("/plugin/echo")).status_code == 401
+        response = await client.get("/plugin/echo", headers={"Authorization": "Bearer k"})
+    assert response.json() == {"model": MODEL}
+
+
+async def test_the_official_openai_client_reads_our_schema():
+    openai = pytest.importorskip("openai")
+    http_client = client_for(create_app(StandInTokenizerManager()))
+    client = openai.AsyncOpenAI(api_key="unused", base_url="http://tercet/v1", http_client=http_client)
+    messages = [{"role": "user", "content": "hi"}]
+    reply = await client.chat.completions.create(model=MODEL, messages=messages)
+    assert reply.choices[0].message.content == "Hello" and reply.usage.total_tokens == 6
+    stream = await client.chat.completions.create(model=MODEL, messages=messages, stream=True)
+    assert "".join([chunk.choices[0].delta.content or "" async for chunk in stream]) == "Hello"
+    with pytest.raises(openai.NotFoundError):
+        await client.completions.create(model="other", prompt="x")
+
+
+# -- client disconnects -----------------------------------------------------------
+
+
+async def run_until_client_leaves(app, path: str, body: dict, leave_after_first_chunk: bool) -> list[dict]:
+    """Drive the ASGI app directly: httpx's transport buffers whole responses,
+    so it cannot close a stream early."""
+    sent: list[dict] = []
+    first_chunk = asyncio.Event()
+    request_messages = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+
+    async def receive():
+        if request_messages:
+            return request_messages.pop()
+        if leave_after_first_chunk:
+            await first_chunk.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body"):
+            first_chunk.set()
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http"}
+    scope |= {"path": path, "raw_path": path.encode(), "query_string": b"", "root_path": ""}
+    scope |= {"headers": [(b"content-type", b"application/json")], "client": None, "server": ("127.0.0.1", 30000)}
+    await asyncio.wait_for(app(scope, receive, send), timeout=5)
+    return sent
+
+
+PROMPTS_BY_PATH = {
+    "/v1/completions": {"prompt": "x"},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}]},
+    "/generate": {"text": "x"},
+}
+
+
+@pytest.mark.parametrize(
+    "path, stream, script, leave_after_first_chunk",
+    [
+        ("/v1/completions", True, [STREAMED[0], HANG], True),
+        ("/v1/chat/completions", True, [STREAMED[0], HANG], True),
+        ("/generate", True, [STREAMED[0], HANG], True),
+        ("/v1/completions", True, [HANG], False),
+        ("/v1/completions", False, [STREAMED[0], HANG], False),
+    ],
+)
+async def test_client_leaving_closes_the_generation(path, stream, script, leave_after_first_chunk):
+    manager = StandInTokenizerManager(script=script)
+    body = {**PROMPTS_BY_PATH[path], "stream": stream}
+    sent = await run_until_client_leaves(create_app(manager), path, body, leave_after_first_chunk)
+    assert manager.outputs[0].aclose_calls >= 1
+    if leave_after_first_chunk:
+        assert sent[0]["status"] == 200 and b"Hel" in b"".join(m.get("body", b"") for m in sent)
+
+
+# -- serve_http -------------------------------------------------------------------
+
+
+async def test_serve_http_listens_logs_and_stops(caplog):
+    caplog.set_level(logging.INFO, logger="tercet.http.server")
+    listening = asyncio.Event()
+    stop = asyncio.Event()
+    server = asyncio.ensure_future(
+        serve_http(create_app(StandInTokenizerManager()), "127.0.0.1", 0, stop.wait, on_listening=listening.set)
+    )
+    await asyncio.wait_for(listening.wait(), 5)
+    port = int(re.search(r"tercet listening on http://127\.0\.0\.1:(\d+)", caplog.text).group(1))
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"http://127.0.0.1:{port}/health")
+    assert response.json() == {"status": "ok"}
+    stop.set()
+    await asyncio.wait_for(server, 10)
