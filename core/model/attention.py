@@ -27,8 +27,8 @@ class AttentionLayout:
     num_kv_heads: int
     head_dim: int
     num_layers: int
-    device: "torch.device"
-    dtype: "torch.dtype"
+    device: torch.device
+    dtype: torch.dtype
 
     @property
     def scaling(self) -> float:
@@ -39,19 +39,19 @@ class AttentionBackend(abc.ABC):
     """Causal attention of a batch of sequences over the paged KV cache."""
 
     @abc.abstractmethod
-    def prepare(self, batch: "ForwardBatch", req_to_token: "torch.Tensor") -> None:
+    def prepare(self, batch: ForwardBatch, req_to_token: torch.Tensor) -> None:
         """Build this step's metadata (gather indices, masks) once, before layer 0."""
 
     @abc.abstractmethod
     def forward(
         self,
-        q: "torch.Tensor",
-        k: "torch.Tensor",
-        v: "torch.Tensor",
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
         layer_id: int,
-        batch: "ForwardBatch",
-        kv_cache: "PagedKVCache",
-    ) -> "torch.Tensor":
+        batch: ForwardBatch,
+        kv_cache: PagedKVCache,
+    ) -> torch.Tensor:
         """Write k, v at ``batch.out_cache_loc`` and attend each new token over its own sequence.
 
         ``q`` is ``[T, num_heads, head_dim]``, ``k`` and ``v`` are

@@ -91,7 +91,7 @@ def _remove_abandoned_staging(models_dir: Path) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive_lock(lock_path: Path, report: "_Progress"):
+def _exclusive_lock(lock_path: Path, report: _Progress):
     with open(lock_path, "w") as lock_file:
         try:
             fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)

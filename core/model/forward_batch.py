@@ -48,7 +48,7 @@ class ForwardBatch:
         new_token_ids: list[list[int]],
         req_to_token: torch.Tensor,
         device: torch.device | str,
-    ) -> "ForwardBatch":
+    ) -> ForwardBatch:
         """Build a batch from host lists; the slots of every new position must already be assigned."""
         if not (len(req_pool_indices) == len(prefix_lens) == len(new_token_ids)):
             raise ValueError("req_pool_indices, prefix_lens and new_token_ids must have one entry per sequence")

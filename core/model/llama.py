@@ -40,7 +40,7 @@ class LlamaShape:
     mlp_bias: bool
 
     @classmethod
-    def from_config(cls, config) -> "LlamaShape":
+    def from_config(cls, config) -> LlamaShape:
         num_heads = config.num_attention_heads
         attention_bias = bool(getattr(config, "attention_bias", False))
         # Qwen2 has biases on q/k/v only and no attention_bias key.

@@ -23,7 +23,7 @@ class RopeSettings:
     scaling: dict | None = None
 
     @classmethod
-    def from_config(cls, config) -> "RopeSettings":
+    def from_config(cls, config) -> RopeSettings:
         """Read transformers 5 ``rope_parameters`` or the older ``rope_theta`` + ``rope_scaling``."""
         parameters = getattr(config, "rope_parameters", None)
         if isinstance(parameters, dict) and "rope_theta" in parameters:

@@ -41,7 +41,7 @@ class SamplingBatch:
     @classmethod
     def from_params(
         cls, params: list[SamplingParams], seeds: list[int], steps: list[int], device
-    ) -> "SamplingBatch":
+    ) -> SamplingBatch:
         is_greedy = [p.temperature == 0 for p in params]
         floats = torch.tensor(
             [[1.0 if greedy else p.temperature for p, greedy in zip(params, is_greedy)], [p.top_p for p in params]],

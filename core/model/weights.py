@@ -7,8 +7,8 @@ going into slices of the fused ``qkv_proj`` and gate/up into ``gate_up_proj``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

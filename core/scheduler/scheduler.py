@@ -123,18 +123,14 @@ class Scheduler:
                 self.running.append(req)
 
     def run_batch(self, batch: list[Req]) -> None:
-        from tercet.model.forward_batch import ForwardBatch
         from tercet.model.sampler import SamplingBatch, sample
 
-        runner = self.model_runner
-        forward_batch = ForwardBatch.build(
+        forward_batch = self.model_runner.build_batch(
             req_pool_indices=[req.req_pool_index for req in batch],
             prefix_lens=[req.num_cached_tokens for req in batch],
             new_token_ids=[req.tokens_to_feed() for req in batch],
-            req_to_token=runner.req_to_token_pool.table,
-            device=runner.device,
         )
-        logits = runner.forward(forward_batch)
+        logits = self.model_runner.forward(forward_batch)
         sampling_batch = SamplingBatch.from_params(
             [req.sampling_params for req in batch],
             seeds=[req.sampling_params.seed for req in batch],

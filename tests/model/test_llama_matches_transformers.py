@@ -42,7 +42,7 @@ class PagedGreedyDriver:
             end = len(sequence.token_ids)
             if i in chunks:
                 end = min(end, sequence.num_cached + chunks[i])
-            self._reserve(sequence, end)
+            self.reserve(sequence, end)
             new_token_ids.append(sequence.token_ids[sequence.num_cached : end])
         batch = self.runner.build_batch(
             [s.row for s in sequences], [s.num_cached for s in sequences], new_token_ids
@@ -57,7 +57,7 @@ class PagedGreedyDriver:
                 sequence.token_ids.append(token)
                 sequence.output_ids.append(token)
 
-    def _reserve(self, sequence: Sequence, num_tokens: int) -> None:
+    def reserve(self, sequence: Sequence, num_tokens: int) -> None:
         page_size = self.runner.page_size
         needed = -(-num_tokens // page_size) - len(sequence.pages)
         if needed > 0:
@@ -219,7 +219,7 @@ def test_llama3_rope_and_qkv_bias_match_transformers(tmp_path):
     driver = PagedGreedyDriver(tiny_runner(tmp_path))
     sequence = driver.start(prompt)
     driver.step({0: 50}, sequence)  # the first chunk fills the cache; the second reads it
-    driver._reserve(sequence, len(prompt))
+    driver.reserve(sequence, len(prompt))
     batch = driver.runner.build_batch([sequence.row], [50], [prompt[50:]])
     logits = driver.runner.forward(batch)
     with torch.no_grad():

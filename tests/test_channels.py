@@ -1,0 +1,50 @@
+import asyncio
+
+import zmq
+import zmq.asyncio
+
+from tercet.channels import AsyncMessageReceiver, MessageReceiver, MessageSender
+from tercet.messages import CORE_MESSAGE_TYPES, AbortReq, MessageRegistry
+from tercet.plugins.msgpack_serializer import MsgpackSerializer
+
+SERIALIZER = MsgpackSerializer(MessageRegistry(CORE_MESSAGE_TYPES))
+
+
+def test_messages_cross_and_garbage_is_dropped(tmp_path):
+    endpoint = f"ipc://{tmp_path}/edge"
+    context = zmq.Context()
+    receiver = MessageReceiver(context, endpoint, SERIALIZER)
+    sender = MessageSender(context, endpoint, SERIALIZER)
+    raw = context.socket(zmq.PUSH)
+    raw.connect(endpoint)
+    try:
+        raw.send(b"\xc1 not msgpack")
+        sender.send(AbortReq("a"))
+        sender.send(AbortReq("b"))
+        received = []
+        while len(received) < 2 and receiver.poll(2000):
+            received += receiver.receive_pending()
+        assert received == [AbortReq("a"), AbortReq("b")]
+    finally:
+        raw.close(0)
+        sender.close()
+        receiver.close()
+        context.term()
+
+
+def test_async_receiver(tmp_path):
+    endpoint = f"ipc://{tmp_path}/edge"
+
+    async def exchange():
+        async_context = zmq.asyncio.Context()
+        receiver = AsyncMessageReceiver(async_context, endpoint, SERIALIZER)
+        sync_context = zmq.Context()
+        sender = MessageSender(sync_context, endpoint, SERIALIZER)
+        sender.send(AbortReq("x"))
+        try:
+            return await asyncio.wait_for(receiver.receive(), 5)
+        finally:
+            sender.close()
+            receiver.close()
+
+    assert asyncio.run(exchange()) == AbortReq("x")
