@@ -42,6 +42,7 @@ class Harness:
         self.to_scheduler = to_scheduler
         self.outputs = outputs
         self.forward_calls = []
+        self.num_sent = self.num_received = 0
         forward = scheduler.model_runner.forward
 
         def counting_forward(batch):
@@ -52,10 +53,16 @@ class Harness:
 
     def send(self, message):
         self.to_scheduler.send(message)
-        assert self.scheduler.receiver.poll(5000)
+        self.num_sent += 1
 
     def step(self):
-        self.scheduler.receive_and_dispatch(block=False)
+        # Everything sent so far reaches the scheduler before the step, as in
+        # its own loop when the messages are already queued.
+        while self.num_received < self.num_sent:
+            assert self.scheduler.receiver.poll(5000)
+            for message in self.scheduler.receiver.receive_pending():
+                self.scheduler.dispatcher(message)
+                self.num_received += 1
         self.scheduler.run_step()
         return [m for m in self.outputs.receive_pending()] if self.outputs.poll(1000) else []
 
