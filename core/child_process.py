@@ -35,6 +35,14 @@ def run_child(component: str, config, ready_writer, build: Callable[[ProcessCont
         sys.exit(1)
     ready_writer.send(("ready", ready_info))
     ready_writer.close()
+
+    def stop(*_):
+        try:
+            context.plugin_manager.hook.tercet_shutdown(component=component)
+        finally:
+            os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
     context.plugin_manager.hook.tercet_startup(component=component, config=config)
     try:
         component_object.run_forever()

@@ -137,7 +137,7 @@ def load_config(
             for key, value in values.items():
                 declared = _declared_field(section_type, section, key, origin)
                 if values_are_text and isinstance(value, str):
-                    value = parse_text_value(declared, section, key, value)
+                    value = parse_text_value(declared, section, key, value, origin)
                 merged.setdefault(section, {})[key] = _checked(declared, section, key, value, origin)
     sections = {name: SECTIONS[name](**merged.get(name, {})) for name in SECTIONS}
     return TercetConfig(**sections, plugins=plugin_options)
@@ -160,9 +160,10 @@ def values_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, s
         if not name.startswith("TERCET_") or name in NON_CONFIG_ENVIRONMENT:
             continue
         section, _, key = name[len("TERCET_"):].lower().partition("_")
-        if not key:
-            raise ConfigError(f"environment variable {name} names no key; use TERCET_<SECTION>_<KEY>")
-        values.setdefault(section, {})[key] = value
+        # Only variables naming one of our sections are config; other TERCET_*
+        # names may belong to plugins or scripts. A bad key in a known section is an error.
+        if section in SECTIONS:
+            values.setdefault(section, {})[key] = value
     return values
 
 
@@ -185,7 +186,7 @@ def parse_set_options(assignments: list[str]) -> dict[str, dict[str, Any]]:
     return values
 
 
-def parse_text_value(declared: dataclasses.Field, section: str, key: str, text: str) -> Any:
+def parse_text_value(declared: dataclasses.Field, section: str, key: str, text: str, origin: str) -> Any:
     kind = _base_type(declared)
     text = text.strip()
     if _is_optional(declared) and text.lower() in ("", "none", "null"):
@@ -203,7 +204,7 @@ def parse_text_value(declared: dataclasses.Field, section: str, key: str, text: 
         if kind is float:
             return float(text)
     except ValueError:
-        raise ConfigError(f"{section}.{key}: {text!r} is not a valid {kind.__name__}") from None
+        raise ConfigError(f"{origin}: {section}.{key} must be {TYPE_NAMES[kind]}, got {text!r}") from None
     return text
 
 
@@ -282,7 +283,7 @@ def _checked(declared: dataclasses.Field, section: str, key: str, value: Any, or
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{origin}: {name} must be a {kind.__name__}, got {value!r}")
+        raise ConfigError(f"{origin}: {name} must be {TYPE_NAMES[kind]}, got {value!r}")
     choices = declared.metadata.get("choices")
     if choices and value not in choices:
         allowed = ", ".join(_toml_value(c) for c in choices)
@@ -294,6 +295,7 @@ def _checked(declared: dataclasses.Field, section: str, key: str, value: Any, or
     return value
 
 
+TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 _TYPE_HINTS: dict[type, dict[str, Any]] = {}
 
 

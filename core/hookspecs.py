@@ -60,8 +60,9 @@ def register_detokenizers(register):
 
     ``register(name, factory)`` where ``factory(tokenizer)`` returns an object
     with ``start(rid, skip_special_tokens)``, ``append(rid, token_ids) -> str``
-    (the new, complete text since the previous call), ``finish(rid) -> str``
-    (any text held back, flushed) and ``forget(rid)``.
+    (the new, complete text since the previous call) and ``finish(rid) -> str``
+    (any text held back, flushed; the strategy then drops the request's state).
+    ``finish`` is called for every request that was started, aborted ones included.
     """
 
 

@@ -95,7 +95,10 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
         exit_code = 1
         tokenizer_manager.unhealthy_reason = f"{name} process died ({reason})"
         logger.error("%s process died (%s); stopping the server", name, reason)
-        loop.call_soon_threadsafe(stop.set)
+        try:
+            loop.call_soon_threadsafe(stop.set)
+        except RuntimeError:  # the loop already closed: the server is stopping anyway
+            pass
 
     supervisor.watch(on_child_death)
     context.plugin_manager.hook.tercet_startup(component="server", config=config)

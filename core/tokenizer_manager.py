@@ -46,6 +46,9 @@ class TokenizerManager:
         self.served_model_name = served_model_name
         self.context_len = context_len
         self.vocab_size = len(tokenizer)
+        scheduler_config = context.config.scheduler
+        # Requests the server holds at once: a full batch plus the waiting queue.
+        self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
         serializer = context.create_serializer()
         # Sending never blocks (unbounded queue), so a plain socket serves the event loop.
         self.sync_zmq_context = zmq.Context()
@@ -121,6 +124,12 @@ class TokenizerManager:
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         request.sampling_params.validate()
+        if len(self.rid_to_state) >= self.max_requests_in_flight:
+            raise RequestError(
+                f"the server already holds {len(self.rid_to_state)} requests "
+                "(scheduler.max_running_requests + scheduler.max_queued_requests); retry later",
+                status_code=503,
+            )
         input_ids = self.tokenize(request)
         self.check_length(len(input_ids), request.sampling_params.max_new_tokens)
         rid = request.rid or uuid.uuid4().hex

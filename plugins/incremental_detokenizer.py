@@ -51,9 +51,6 @@ class IncrementalDetokenizer:
         everything = self._decode(state, state.prefix_offset, len(state.token_ids))
         return everything[len(already_read):]
 
-    def forget(self, rid: str) -> None:
-        self.states.pop(rid, None)
-
     def _decode(self, state: _DecodeState, start: int, end: int) -> str:
         return self.tokenizer.decode(state.token_ids[start:end], skip_special_tokens=state.skip_special_tokens)
 

@@ -32,6 +32,16 @@ def test_precedence_defaults_toml_environment_command_line(tmp_path):
     assert load_config(str(toml), environ=environ).server.port == 2222
 
 
+def test_environment_names_sections_and_keys():
+    assert load_config(environ={"TERCET_SCHEDULER_MAX_RUNNING_REQUESTS": "5"}).scheduler.max_running_requests == 5
+    # Not one of our sections: left to whoever set it.
+    assert load_config(environ={"TERCET_SOMETHING_ELSE": "1"}) == TercetConfig()
+    with pytest.raises(ConfigError, match="environment: unknown key server.colour"):
+        load_config(environ={"TERCET_SERVER_COLOUR": "blue"})
+    with pytest.raises(ConfigError, match="environment: server.port must be an integer"):
+        load_config(environ={"TERCET_SERVER_PORT": "eighty"})
+
+
 def test_config_file_from_environment(tmp_path):
     toml = tmp_path / "tercet.toml"
     toml.write_text("[cache]\npage_size = 4\n")
@@ -62,7 +72,7 @@ def test_choice_error_lists_allowed_values():
 def test_toml_type_errors_are_named(tmp_path):
     toml = tmp_path / "bad.toml"
     toml.write_text('[server]\nport = "eighty"\n')
-    with pytest.raises(ConfigError, match="server.port must be a int"):
+    with pytest.raises(ConfigError, match="server.port must be an integer"):
         load_config(str(toml), environ={})
 
 
