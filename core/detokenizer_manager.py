@@ -1,7 +1,9 @@
 """The detokenizer process: token ids in, text deltas out.
 
 It owns only the text boundary; the strategy (a plugin) turns each request's
-token ids into complete text, holding back incomplete UTF-8.
+token ids into complete text, holding back incomplete UTF-8, and a
+:class:`StopStringFilter` per request with stop strings trims the match and
+holds back text that may still become one.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import zmq
 from tercet.channels import MessageReceiver, MessageSender
 from tercet.child_process import run_child
 from tercet.dispatcher import TypeBasedDispatcher
-from tercet.messages import BatchStrOutput, BatchTokenIDOutput
+from tercet.messages import BatchStrOutput, BatchTokenIDOutput, DetokenizeParams, FinishReason
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
+from tercet.stop_strings import StopStringFilter
+
+DEFAULT_DETOKENIZE_PARAMS = DetokenizeParams()
 
 
 class DetokenizerManager:
@@ -24,6 +29,7 @@ class DetokenizerManager:
         self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
         self.detokenizer = context.registries.detokenizers.get(context.config.detokenizer.strategy)(tokenizer)
         self.started_rids: set[str] = set()
+        self.stop_filters: dict[str, StopStringFilter] = {}
         self.dispatcher = TypeBasedDispatcher(
             [
                 (BatchTokenIDOutput, self.handle_batch_token_id_output),
@@ -40,19 +46,18 @@ class DetokenizerManager:
             for message in self.receiver.receive_pending():
                 self.dispatcher(message)
 
+    def close(self) -> None:
+        self.receiver.close()
+        self.sender_to_tokenizer.close()
+        self.zmq_context.term()
+
     def handle_batch_token_id_output(self, batch: BatchTokenIDOutput) -> None:
-        text_deltas = []
-        for rid, token_ids, finish_reason, skip_special_tokens in zip(
-            batch.rids, batch.new_token_ids, batch.finished_reasons, batch.skip_special_tokens
-        ):
-            if rid not in self.started_rids:
-                self.detokenizer.start(rid, skip_special_tokens)
-                self.started_rids.add(rid)
-            delta = self.detokenizer.append(rid, token_ids) if token_ids else ""
-            if finish_reason is not None:
-                delta += self.detokenizer.finish(rid)
-                self.started_rids.discard(rid)
-            text_deltas.append(delta)
+        text_deltas = [
+            self.text_delta(rid, token_ids, finish_reason, params)
+            for rid, token_ids, finish_reason, params in zip(
+                batch.rids, batch.new_token_ids, batch.finished_reasons, batch.detokenize_params
+            )
+        ]
         self.sender_to_tokenizer.send(
             BatchStrOutput(
                 rids=batch.rids,
@@ -61,8 +66,35 @@ class DetokenizerManager:
                 finished_reasons=batch.finished_reasons,
                 prompt_tokens=batch.prompt_tokens,
                 completion_tokens=batch.completion_tokens,
+                output_logprobs=batch.output_logprobs,
+                prompt_logprobs=batch.prompt_logprobs,
             )
         )
+
+    def text_delta(
+        self, rid: str, token_ids: list[int], finish_reason: FinishReason | None, params: DetokenizeParams | None
+    ) -> str:
+        """The text of one request's new tokens that the client may see now."""
+        if rid not in self.started_rids:
+            self.start_request(rid, params or DEFAULT_DETOKENIZE_PARAMS)
+        delta = self.detokenizer.append(rid, token_ids) if token_ids else ""
+        if finish_reason is not None:
+            delta += self.detokenizer.finish(rid)
+            self.started_rids.discard(rid)
+        stop_filter = self.stop_filters.get(rid)
+        if stop_filter is None:
+            return delta
+        delta = stop_filter.feed(delta)
+        if finish_reason is not None:
+            delta += stop_filter.flush()
+            del self.stop_filters[rid]
+        return delta
+
+    def start_request(self, rid: str, params: DetokenizeParams) -> None:
+        self.detokenizer.start(rid, params.skip_special_tokens)
+        self.started_rids.add(rid)
+        if params.stop:
+            self.stop_filters[rid] = StopStringFilter(params.stop, params.no_stop_trim)
 
 
 def run_detokenizer_process(config, port_args, ready_writer) -> None:

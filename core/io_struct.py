@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tercet.messages import FinishReason
+from tercet.messages import FinishReason, TokenLogprobs
 from tercet.sampling_params import SamplingParams
 
 
@@ -24,11 +24,14 @@ class GenerateRequest:
 
 @dataclass(frozen=True)
 class GenerateOutput:
-    """A piece of one request's output.
+    """A piece of one completion's output.
 
-    When streaming, ``text`` and ``token_ids`` are the delta since the previous
-    piece; the last piece has ``finish_reason`` set. Without streaming, a single
-    piece carries the whole output.
+    When streaming, ``text``, ``token_ids`` and ``output_logprobs`` are the
+    delta since the previous piece of the same ``index``; the last piece of each
+    index has ``finish_reason`` set. Without streaming, one piece per index
+    carries that completion's whole output. ``index`` counts the n completions
+    of one request (0 when n == 1). ``prompt_logprobs`` and ``prompt_token_ids``
+    come with the first piece of a request that asked for prompt log-probabilities.
     """
 
     rid: str
@@ -37,6 +40,10 @@ class GenerateOutput:
     finish_reason: FinishReason | None
     prompt_tokens: int
     completion_tokens: int
+    index: int = 0
+    output_logprobs: TokenLogprobs | None = None
+    prompt_logprobs: TokenLogprobs | None = None
+    prompt_token_ids: list[int] | None = None
 
     @property
     def finished(self) -> bool:

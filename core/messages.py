@@ -9,7 +9,7 @@ Batches are columns (one list per field) so one message carries a whole step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from tercet.errors import TercetError
 from tercet.sampling_params import SamplingParams
@@ -17,7 +17,7 @@ from tercet.sampling_params import SamplingParams
 
 @dataclass(frozen=True)
 class FinishReason:
-    """Why a request ended: ``stop`` (EOS or a stop token), ``length`` or ``abort``."""
+    """Why a request ended: ``stop`` (EOS, a stop token or a stop string), ``length`` or ``abort``."""
 
     kind: str
     matched_token: int | None = None
@@ -25,10 +25,13 @@ class FinishReason:
     # For an abort caused by the request itself (it can never fit, say): the
     # HTTP status the client gets.
     status_code: int | None = None
+    matched_text: str | None = None
 
     def to_json(self) -> dict:
         data: dict = {"type": self.kind}
-        if self.matched_token is not None:
+        if self.matched_text is not None:
+            data["matched"] = self.matched_text
+        elif self.matched_token is not None:
             data["matched"] = self.matched_token
         if self.message is not None:
             data["message"] = self.message
@@ -36,7 +39,48 @@ class FinishReason:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """Log-probabilities (of the model's distribution, before sampling
+    transforms) of a run of tokens: one entry per token, ``None`` where there is
+    none (the first prompt token). ``top`` holds, per token, the most likely
+    alternatives as ``[token_id, logprob]`` pairs, best first (empty lists when
+    not asked for)."""
+
+    token_ids: list[int]
+    logprobs: list[float | None]
+    top: list[list[list]]
+
+    @staticmethod
+    def concat(parts: list["TokenLogprobs | None"]) -> "TokenLogprobs | None":
+        present = [part for part in parts if part is not None]
+        if not present:
+            return None
+        return TokenLogprobs(
+            [t for part in present for t in part.token_ids],
+            [lp for part in present for lp in part.logprobs],
+            [top for part in present for top in part.top],
+        )
+
+
+@dataclass(frozen=True)
+class DetokenizeParams:
+    """What the detokenizer needs to know about a request, sent with its first output."""
+
+    skip_special_tokens: bool = True
+    stop: list[str] = field(default_factory=list)
+    no_stop_trim: bool = False
+
+
+def choice_rid(rid: str, index: int, n: int) -> str:
+    """The id of one of ``n`` completions of a request (the request's own id when n == 1)."""
+    return rid if n == 1 else f"{rid}#{index}"
+
+
+@dataclass(frozen=True)
 class TokenizedGenerateReq:
+    """One prompt; with ``sampling_params.n > 1`` the scheduler runs n completions
+    under the ids ``choice_rid(rid, i, n)``, prefilling the prompt once."""
+
     rid: str
     input_ids: list[int]
     sampling_params: SamplingParams
@@ -59,7 +103,12 @@ class BatchTokenIDOutput:
     finished_reasons: list[FinishReason | None]
     prompt_tokens: list[int]
     completion_tokens: list[int]
-    skip_special_tokens: list[bool]
+    # Set on a request's first output only.
+    detokenize_params: list[DetokenizeParams | None]
+    # Log-probabilities of new_token_ids, where the request asked for them.
+    output_logprobs: list[TokenLogprobs | None]
+    # Log-probabilities of the prompt, on the first output of requests that asked.
+    prompt_logprobs: list[TokenLogprobs | None]
 
 
 @dataclass(frozen=True)
@@ -72,11 +121,15 @@ class BatchStrOutput:
     finished_reasons: list[FinishReason | None]
     prompt_tokens: list[int]
     completion_tokens: list[int]
+    output_logprobs: list[TokenLogprobs | None]
+    prompt_logprobs: list[TokenLogprobs | None]
 
 
 CORE_MESSAGE_TYPES = {
     "tercet.sampling_params": SamplingParams,
     "tercet.finish_reason": FinishReason,
+    "tercet.token_logprobs": TokenLogprobs,
+    "tercet.detokenize_params": DetokenizeParams,
     "tercet.tokenized_generate_req": TokenizedGenerateReq,
     "tercet.abort_req": AbortReq,
     "tercet.batch_token_id_output": BatchTokenIDOutput,

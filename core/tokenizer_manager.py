@@ -1,7 +1,7 @@
 """The TokenizerManager: the API side of every request, in the main process.
 
 It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
-``ReqState`` per request id until the caller has consumed the last output;
+``ReqState`` per completion id until the caller has consumed the last output;
 an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
 waiting callers.
 """
@@ -23,7 +23,7 @@ from tercet.channels import AsyncMessageReceiver, MessageSender
 from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
 from tercet.io_struct import GenerateOutput, GenerateRequest
-from tercet.messages import AbortReq, BatchStrOutput, TokenizedGenerateReq
+from tercet.messages import AbortReq, BatchStrOutput, TokenizedGenerateReq, TokenLogprobs, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 
@@ -32,11 +32,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ReqState:
-    request: GenerateRequest
-    prompt_tokens: int
+    """One completion's outputs not yet consumed. The n completions of a
+    request share one event, so their caller wakes for any of them."""
+
+    index: int
+    event: asyncio.Event
     out_list: list[GenerateOutput] = field(default_factory=list)
     finished: bool = False
-    event: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class TokenizerManager:
@@ -123,67 +125,78 @@ class TokenizerManager:
             )
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        request.sampling_params.validate()
-        if len(self.rid_to_state) >= self.max_requests_in_flight:
+        """Outputs of every completion of the request; see :class:`GenerateOutput`."""
+        sampling_params = request.sampling_params
+        sampling_params.validate(self.vocab_size)
+        if len(self.rid_to_state) + sampling_params.n > self.max_requests_in_flight:
             raise RequestError(
                 f"the server already holds {len(self.rid_to_state)} requests "
                 "(scheduler.max_running_requests + scheduler.max_queued_requests); retry later",
                 status_code=503,
             )
         input_ids = self.tokenize(request)
-        self.check_length(len(input_ids), request.sampling_params.max_new_tokens)
+        self.check_length(len(input_ids), sampling_params.max_new_tokens)
         rid = request.rid or uuid.uuid4().hex
-        if rid in self.rid_to_state:
+        rids = [choice_rid(rid, index, sampling_params.n) for index in range(sampling_params.n)]
+        if any(choice in self.rid_to_state for choice in rids):
             raise RequestError(f"request id {rid!r} is already in use", "rid")
-        sampling_params = request.sampling_params
         if sampling_params.seed is None:
             # Fixed here, so what the scheduler receives fully determines the output.
             sampling_params = dataclasses.replace(sampling_params, seed=secrets.randbits(63))
-        state = ReqState(request, len(input_ids))
-        self.rid_to_state[rid] = state
+        event = asyncio.Event()
+        states = {choice: ReqState(index, event) for index, choice in enumerate(rids)}
+        self.rid_to_state.update(states)
         self.sender_to_scheduler.send(TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream))
         try:
-            async for output in self._wait_for_outputs(rid, state):
+            async for output in self._wait_for_outputs(states, event, request.stream):
+                if output.prompt_logprobs is not None:
+                    output = dataclasses.replace(output, prompt_token_ids=input_ids)
                 yield output
         finally:
-            if not state.finished:
-                # The caller stopped early (client gone, say): free the scheduler's work.
-                self.abort(rid)
-            self.rid_to_state.pop(rid, None)
+            for choice, state in states.items():
+                if not state.finished:
+                    # The caller stopped early (client gone, say): free the scheduler's work.
+                    self.abort(choice)
+                self.rid_to_state.pop(choice, None)
 
-    async def _wait_for_outputs(self, rid: str, state: ReqState) -> AsyncIterator[GenerateOutput]:
-        collected: list[GenerateOutput] = []
+    async def _wait_for_outputs(self, states: dict[str, ReqState], event: asyncio.Event, stream: bool):
+        collected: dict[str, list[GenerateOutput]] = {choice: [] for choice in states}
         while True:
-            await state.event.wait()
-            state.event.clear()
-            pieces, state.out_list = state.out_list, []
-            if state.request.stream:
-                if pieces:
-                    yield merge_outputs(rid, pieces)
-            else:
-                collected.extend(pieces)
-            if state.finished:
+            await event.wait()
+            event.clear()
+            # Index 0 first, so the piece carrying the prompt's log-probabilities leads.
+            for choice, state in states.items():
+                pieces, state.out_list = state.out_list, []
+                if not stream:
+                    collected[choice].extend(pieces)
+                elif pieces:
+                    yield merge_outputs(pieces)
+            if all(state.finished for state in states.values()):
                 break
-        if not state.request.stream:
-            yield merge_outputs(rid, collected)
+        if not stream:
+            for pieces in collected.values():
+                yield merge_outputs(pieces)
 
     def abort(self, rid: str) -> None:
         self.sender_to_scheduler.send(AbortReq(rid))
 
     def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
-        for index, rid in enumerate(batch.rids):
+        for position, rid in enumerate(batch.rids):
             state = self.rid_to_state.get(rid)
             if state is None:  # already consumed or aborted by its caller
                 continue
-            finish_reason = batch.finished_reasons[index]
+            finish_reason = batch.finished_reasons[position]
             state.out_list.append(
                 GenerateOutput(
                     rid=rid,
-                    text=batch.text_deltas[index],
-                    token_ids=list(batch.new_token_ids[index]),
+                    text=batch.text_deltas[position],
+                    token_ids=list(batch.new_token_ids[position]),
                     finish_reason=finish_reason,
-                    prompt_tokens=batch.prompt_tokens[index],
-                    completion_tokens=batch.completion_tokens[index],
+                    prompt_tokens=batch.prompt_tokens[position],
+                    completion_tokens=batch.completion_tokens[position],
+                    index=state.index,
+                    output_logprobs=batch.output_logprobs[position],
+                    prompt_logprobs=batch.prompt_logprobs[position],
                 )
             )
             if finish_reason is not None:
@@ -191,14 +204,15 @@ class TokenizerManager:
             state.event.set()
 
 
-def merge_outputs(rid: str, pieces: list[GenerateOutput]) -> GenerateOutput:
-    """Join consecutive deltas into one (the latest counts and finish reason win)."""
+def merge_outputs(pieces: list[GenerateOutput]) -> GenerateOutput:
+    """Join consecutive deltas of one completion (the latest counts and finish reason win)."""
+    if len(pieces) == 1:
+        return pieces[0]
     last = pieces[-1]
-    return GenerateOutput(
-        rid=rid,
+    return dataclasses.replace(
+        last,
         text="".join(piece.text for piece in pieces),
         token_ids=[token for piece in pieces for token in piece.token_ids],
-        finish_reason=last.finish_reason,
-        prompt_tokens=last.prompt_tokens,
-        completion_tokens=last.completion_tokens,
+        output_logprobs=TokenLogprobs.concat([piece.output_logprobs for piece in pieces]),
+        prompt_logprobs=next((p.prompt_logprobs for p in pieces if p.prompt_logprobs is not None), None),
     )

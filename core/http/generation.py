@@ -2,7 +2,9 @@
 
 A generation is started by waiting for its first piece, so a bad or refused
 request is answered with its own status before a streaming 200 goes out; a
-client that leaves at any point gets its request aborted.
+client that leaves at any point gets its request aborted. A request with
+``n > 1`` yields the pieces of its n completions interleaved, each tagged with
+its ``index``; :class:`ChoiceAccumulator` joins one completion's pieces.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from starlette.requests import Request
 from tercet.http.errors import raise_if_refused
 from tercet.http.sse import cancel_on_disconnect
 from tercet.io_struct import GenerateOutput, GenerateRequest
+from tercet.messages import TokenLogprobs
 
 
 class GenerationStream:
@@ -24,9 +27,10 @@ class GenerationStream:
     if it has not finished; closing twice is harmless.
     """
 
-    def __init__(self, first: GenerateOutput, rest: AsyncIterator[GenerateOutput]):
+    def __init__(self, first: GenerateOutput, rest: AsyncIterator[GenerateOutput], num_choices: int = 1):
         self._first: GenerateOutput | None = first
         self._rest = rest
+        self.num_choices = num_choices
 
     def __aiter__(self) -> "GenerationStream":
         return self
@@ -41,7 +45,7 @@ class GenerationStream:
         await _close(self._rest)
 
 
-async def start_generation(outputs: AsyncIterator[GenerateOutput]) -> GenerationStream:
+async def start_generation(outputs: AsyncIterator[GenerateOutput], num_choices: int = 1) -> GenerationStream:
     """Wait for the first piece, so that a bad or refused request is answered
     with its own status before a streaming 200 goes out."""
     try:
@@ -53,31 +57,86 @@ async def start_generation(outputs: AsyncIterator[GenerateOutput]) -> Generation
     except BaseException:
         await _close(outputs)
         raise
-    return GenerationStream(first, outputs)
+    return GenerationStream(first, outputs, num_choices)
 
 
 async def open_generation(request: Request, tokenizer_manager, generate_request: GenerateRequest) -> GenerationStream:
     """Start a generation; if the client leaves before the first piece, it is aborted."""
-    return await cancel_on_disconnect(request.receive, start_generation(tokenizer_manager.generate(generate_request)))
+    outputs = tokenizer_manager.generate(generate_request)
+    started = start_generation(outputs, generate_request.sampling_params.n)
+    return await cancel_on_disconnect(request.receive, started)
 
 
-async def collect_generation(request: Request, stream: GenerationStream) -> GenerateOutput:
-    """The whole output as one piece; a client that leaves meanwhile aborts it."""
+async def collect_generation(request: Request, stream: GenerationStream) -> list[GenerateOutput]:
+    """Every completion's whole output, one per index in index order; a client
+    that leaves meanwhile aborts the request."""
     try:
         return await cancel_on_disconnect(request.receive, _merge(stream))
     finally:
         await stream.aclose()
 
 
-async def _merge(stream: GenerationStream) -> GenerateOutput:
-    texts: list[str] = []
-    token_ids: list[int] = []
+class ChoiceAccumulator:
+    """The pieces of one completion (one ``index``) joined so far."""
+
+    def __init__(self, index: int):
+        self.index = index
+        self.texts: list[str] = []
+        self.token_ids: list[int] = []
+        self.logprob_parts: list[TokenLogprobs | None] = []
+        self.last: GenerateOutput | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.last is not None and self.last.finished
+
+    def add(self, piece: GenerateOutput) -> None:
+        self.texts.append(piece.text)
+        self.token_ids.extend(piece.token_ids)
+        self.logprob_parts.append(piece.output_logprobs)
+        self.last = piece
+
+    def output(self, prompt: "PromptDetails | None" = None) -> GenerateOutput:
+        """Everything so far as one piece, with the prompt's details when given."""
+        if self.last is None:
+            raise RuntimeError(f"completion {self.index} has no output yet")
+        joined = dataclasses.replace(
+            self.last,
+            text="".join(self.texts),
+            token_ids=list(self.token_ids),
+            output_logprobs=TokenLogprobs.concat(self.logprob_parts),
+        )
+        if prompt is not None:
+            joined = dataclasses.replace(joined, prompt_logprobs=prompt.logprobs, prompt_token_ids=prompt.token_ids)
+        return joined
+
+
+@dataclasses.dataclass
+class PromptDetails:
+    """What one piece of the request (the first of index 0) says about the prompt."""
+
+    logprobs: TokenLogprobs | None = None
+    token_ids: list[int] | None = None
+
+    def note(self, piece: GenerateOutput) -> None:
+        if piece.prompt_logprobs is not None and self.logprobs is None:
+            self.logprobs = piece.prompt_logprobs
+        if piece.prompt_token_ids is not None and self.token_ids is None:
+            self.token_ids = list(piece.prompt_token_ids)
+
+
+async def _merge(stream: GenerationStream) -> list[GenerateOutput]:
+    choices = [ChoiceAccumulator(index) for index in range(stream.num_choices)]
+    prompt = PromptDetails()
     async for piece in stream:
-        texts.append(piece.text)
-        token_ids.extend(piece.token_ids)
+        if not 0 <= piece.index < len(choices):
+            raise RuntimeError(f"output for completion {piece.index} of a request with n={len(choices)}")
         if piece.finished:
             raise_if_refused(piece.finish_reason)
-            return dataclasses.replace(piece, text="".join(texts), token_ids=token_ids)
+        prompt.note(piece)
+        choices[piece.index].add(piece)
+        if all(choice.finished for choice in choices):
+            return [choice.output(prompt) for choice in choices]
     raise RuntimeError("the generation ended without a finish reason")
 
 

@@ -8,30 +8,26 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.http.errors import raise_if_refused, read_json_object
+from tercet.http.errors import read_json_object
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
-from tercet.http.openai_protocol import (
-    OpenAIRequest,
-    chat_completion_chunk,
-    chat_completion_response,
-    completion_chunk,
-    completion_response,
-    openai_finish_reason,
-    parse_chat_completion_request,
-    parse_completion_request,
-    usage_chunk,
-)
+from tercet.http.logprobs_format import TokenStrings, token_strings_for
+from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request, parse_completion_request
+from tercet.http.openai_response import chat_completion_response, completion_response
+from tercet.http.openai_stream import chat_completion_chunks, completion_chunks
 from tercet.http.sse import EventStreamResponse, event_stream
 from tercet.io_struct import GenerateOutput
 
 # /v1/models reports when this server came up as the model's "created" time.
 STARTED_AT = int(time.time())
 
+ResponseBuilder = Callable[[OpenAIRequest, list[GenerateOutput], "TokenStrings | None"], dict]
+ChunkBuilder = Callable[[OpenAIRequest, GenerationStream, "TokenStrings | None"], AsyncIterator[dict]]
+
 
 async def create_completion(request: Request, tokenizer_manager) -> Response:
     body = await read_json_object(request)
-    openai_request = parse_completion_request(body, tokenizer_manager.served_model_name)
-    return await _respond(request, tokenizer_manager, openai_request, completion_response, _completion_chunks)
+    openai_request = parse_completion_request(body, tokenizer_manager.served_model_name, tokenizer_manager.vocab_size)
+    return await _respond(request, tokenizer_manager, openai_request, completion_response, completion_chunks)
 
 
 async def create_chat_completion(request: Request, tokenizer_manager) -> Response:
@@ -41,8 +37,9 @@ async def create_chat_completion(request: Request, tokenizer_manager) -> Respons
         tokenizer_manager.served_model_name,
         tokenizer_manager.context_len,
         tokenizer_manager.apply_chat_template,
+        tokenizer_manager.vocab_size,
     )
-    return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, _chat_completion_chunks)
+    return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)
 
 
 async def list_models(request: Request, tokenizer_manager) -> Response:
@@ -54,39 +51,24 @@ async def _respond(
     request: Request,
     tokenizer_manager,
     openai_request: OpenAIRequest,
-    build_response: Callable[[OpenAIRequest, GenerateOutput], dict],
-    build_chunks: Callable[[OpenAIRequest, GenerationStream], AsyncIterator[dict]],
+    build_response: ResponseBuilder,
+    build_chunks: ChunkBuilder,
 ) -> Response:
+    strings = _token_strings(tokenizer_manager, openai_request)
     stream = await open_generation(request, tokenizer_manager, openai_request.generate_request)
     if openai_request.stream:
-        return EventStreamResponse(event_stream(build_chunks(openai_request, stream)), on_close=stream.aclose)
-    return JSONResponse(build_response(openai_request, await collect_generation(request, stream)))
+        chunks = build_chunks(openai_request, stream, strings)
+        return EventStreamResponse(event_stream(chunks), on_close=stream.aclose)
+    outputs = await collect_generation(request, stream)
+    return JSONResponse(build_response(openai_request, outputs, strings))
 
 
-async def _completion_chunks(openai_request: OpenAIRequest, stream: GenerationStream) -> AsyncIterator[dict]:
-    async for piece in stream:
-        raise_if_refused(piece.finish_reason)
-        if piece.text:
-            yield completion_chunk(openai_request, piece.text)
-        if piece.finished:
-            # OpenAI sends the finish reason in a chunk of its own, then usage.
-            yield completion_chunk(openai_request, "", openai_finish_reason(piece.finish_reason))
-            if openai_request.include_usage:
-                yield usage_chunk(openai_request, "text_completion", piece)
-            return
-
-
-async def _chat_completion_chunks(openai_request: OpenAIRequest, stream: GenerationStream) -> AsyncIterator[dict]:
-    yield chat_completion_chunk(openai_request, {"role": "assistant", "content": ""})
-    async for piece in stream:
-        raise_if_refused(piece.finish_reason)
-        if piece.text:
-            yield chat_completion_chunk(openai_request, {"content": piece.text})
-        if piece.finished:
-            yield chat_completion_chunk(openai_request, {}, openai_finish_reason(piece.finish_reason))
-            if openai_request.include_usage:
-                yield usage_chunk(openai_request, "chat.completion.chunk", piece)
-            return
+def _token_strings(tokenizer_manager, openai_request: OpenAIRequest) -> TokenStrings | None:
+    # Only log-probabilities and echoing a token-id prompt need token text.
+    echoes_token_ids = openai_request.echo and openai_request.generate_request.text is None
+    if not (openai_request.wants_logprobs or echoes_token_ids):
+        return None
+    return token_strings_for(tokenizer_manager.tokenizer)
 
 
 ROUTES = [

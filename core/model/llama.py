@@ -4,7 +4,8 @@ Projections are fused (q/k/v into one matmul, gate/up into another) and every
 layer sees the whole batch's tokens flattened to ``[T, hidden]``: no padding,
 no per-sequence loop. Attention goes through the configured backend plugin,
 which reads and writes the paged cache. Only the last new token of each
-sequence reaches the LM head, since that is all a step samples from.
+sequence reaches the LM head, since that is all a step samples from (and,
+for requests asking for prompt log-probabilities, their prompt tokens).
 """
 
 from __future__ import annotations
@@ -177,11 +178,34 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Run one step; the backend must already be prepared for ``batch``."""
+        return self.logits_of(self.hidden_states(batch)[batch.last_token_indices])
+
+    def forward_with_prompt_logits(
+        self, batch: ForwardBatch, sequence_indices: list[int]
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """``forward``'s logits ``[B, vocab]``, plus the logits ``[extend_len_i, vocab]`` of every
+        new token of the sequences at ``sequence_indices`` (for prompt log-probabilities).
+
+        The LM head runs over those rows only, never over all T tokens of the batch."""
+        hidden = self.hidden_states(batch)
+        # Reading the chosen sequences' spans back is a device sync, paid only
+        # by steps that carry a request asking for prompt log-probabilities.
+        spans = torch.stack([batch.extend_start_loc, batch.extend_lens])[:, sequence_indices].tolist()
+        full_rows = [torch.arange(start, start + length, device=hidden.device) for start, length in zip(*spans)]
+        rows = torch.cat([batch.last_token_indices, *full_rows])
+        last_logits, *full_logits = self.logits_of(hidden[rows]).split([batch.batch_size, *spans[1]])
+        return last_logits, dict(zip(sequence_indices, full_logits))
+
+    def hidden_states(self, batch: ForwardBatch) -> torch.Tensor:
+        """The last decoder layer's output ``[T, hidden]`` for every new token, before the final norm."""
         if self.attention_backend is None or self.kv_cache is None:
             raise RuntimeError("attach an attention backend and a KV cache before calling forward")
         cos, sin = self.rotary.cos_sin(batch.positions)
         hidden = self.model.embed_tokens(batch.input_ids)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, sin, batch, self.attention_backend, self.kv_cache)
-        last_hidden = hidden[batch.last_token_indices]
-        return self.lm_head(self.model.norm(last_hidden)).float()
+        return hidden
+
+    def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits of the given rows of ``hidden_states``."""
+        return self.lm_head(self.model.norm(hidden)).float()

@@ -101,6 +101,15 @@ class ModelRunner:
             self.attention_backend.prepare(batch, self.req_to_token_pool.table)
             return self.model(batch)
 
+    def forward_with_prompt_logits(
+        self, batch: ForwardBatch, sequence_indices: list[int]
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """``forward``'s logits, plus float32 logits ``[extend_len_i, vocab]`` of every new
+        token of the sequences at ``sequence_indices`` (positions in the batch)."""
+        with torch.inference_mode():
+            self.attention_backend.prepare(batch, self.req_to_token_pool.table)
+            return self.model.forward_with_prompt_logits(batch, sequence_indices)
+
 
 def _max_context_of(config) -> int:
     context = config.max_position_embeddings

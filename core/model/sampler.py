@@ -1,9 +1,14 @@
-"""Batched next-token sampling: greedy, temperature and nucleus (top-p), reproducible per request.
+"""Batched next-token sampling for every sampling parameter, reproducible per request.
 
-Randomness comes from a counter-based hash of (seed, step) computed in torch,
-not from a global generator, so a request's tokens depend only on its own
-seed and logits — never on which other requests share the batch or in what
-order. Every row is processed independently with no Python loop over rows.
+One step: the logits of the whole batch are edited (bias, penalties, min-tokens
+suppression; see ``logits_processing``), greedy rows take the argmax, the other
+rows are divided by their temperature, truncated (top-k, top-p, min-p; see
+``truncation``) and drawn from with a uniform that is a pure function of the
+request's (seed, step) (see ``seeded_draw``), so a request's tokens never
+depend on which other requests share the batch. Every stage works on tensors
+for the whole batch, and a stage no request uses is skipped, so a plain
+greedy batch pays for one argmax. Log-probabilities (see ``logprobs``) are
+those of the raw logits.
 """
 
 from __future__ import annotations
@@ -12,89 +17,87 @@ from dataclasses import dataclass
 
 import torch
 
+from tercet.model.logits_processing import LogitEdits
+from tercet.model.logprobs import pack_logprobs, unpack_logprobs
+from tercet.model.seeded_draw import SeededDraw, draws_for, uniform_from_seed
 from tercet.sampling_params import SamplingParams
 
-_MASK_64 = (1 << 64) - 1
+__all__ = ["SampleOutput", "SamplingBatch", "sample", "uniform_from_seed"]
 
 
-def _as_int64(value: int) -> int:
-    """Two's-complement view of an unsigned 64-bit constant, as torch int64 holds it."""
-    value &= _MASK_64
-    return value - (1 << 64) if value >= 1 << 63 else value
+@dataclass(frozen=True)
+class SampleOutput:
+    token_ids: list[int]
+    # Raw-distribution log-probability of each chosen token; None when no request asked.
+    logprobs: list[float] | None
+    # Per request, its top_logprobs_num best [token_id, logprob] pairs, best
+    # first (an empty list for requests that asked for none); None when no
+    # request asked for log-probabilities.
+    top_logprobs: list[list[list]] | None
 
-
-_GOLDEN = _as_int64(0x9E3779B97F4A7C15)
-_MIX_1 = _as_int64(0xBF58476D1CE4E5B9)
-_MIX_2 = _as_int64(0x94D049BB133111EB)
-_UNIFORM_BITS = 24  # a float32 mantissa's worth
+    def tolist(self) -> list[int]:
+        """The token ids, for callers written when ``sample`` returned a tensor."""
+        return list(self.token_ids)
 
 
 @dataclass(frozen=True)
 class SamplingBatch:
-    temperatures: torch.Tensor  # [B] float32; greedy rows hold 1.0 so division is harmless
-    top_ps: torch.Tensor  # [B] float32
-    is_greedy: torch.Tensor  # [B] bool
-    seeds: torch.Tensor  # [B] int64
-    steps: torch.Tensor  # [B] int64, index of the token being sampled in each request's output
-    is_all_greedy: bool
+    logit_edits: LogitEdits
+    draws: list[SeededDraw]  # the non-greedy rows, by how they are drawn; empty when all are greedy
+    # Per request, how many alternatives it wants; None when no request asked for log-probabilities.
+    top_logprobs_nums: list[int] | None
+
+    @property
+    def is_all_greedy(self) -> bool:
+        return not self.draws
 
     @classmethod
     def from_params(
-        cls, params: list[SamplingParams], seeds: list[int], steps: list[int], device
+        cls,
+        params: list[SamplingParams],
+        seeds: list[int],
+        steps: list[int],
+        prompt_ids: list[list[int]] | None = None,
+        output_ids: list[list[int]] | None = None,
+        stop_token_ids_for_min_tokens: list[set[int]] | None = None,
+        device: torch.device | str = "cpu",
     ) -> SamplingBatch:
-        is_greedy = [p.temperature == 0 for p in params]
-        floats = torch.tensor(
-            [[1.0 if greedy else p.temperature for p, greedy in zip(params, is_greedy)], [p.top_p for p in params]],
-            dtype=torch.float32,
-        ).to(device, non_blocking=True)
-        ints = torch.tensor([[_as_int64(s) for s in seeds], steps], dtype=torch.int64).to(device, non_blocking=True)
+        """Tensors for one step of ``params``; ``steps[i]`` tokens were already generated for request i.
+
+        The histories may be left out while no request uses a penalty or
+        min_new_tokens; asking for one without them is an error."""
+        if isinstance(prompt_ids, (str, torch.device)):
+            # The earlier call form from_params(params, seeds, steps, device).
+            prompt_ids, device = None, prompt_ids
+        if not (len(params) == len(seeds) == len(steps)):
+            raise ValueError("params, seeds and steps must have one entry per request")
+        wants_logprobs = any(p.return_logprob for p in params)
         return cls(
-            temperatures=floats[0],
-            top_ps=floats[1],
-            is_greedy=torch.tensor(is_greedy, dtype=torch.bool).to(device, non_blocking=True),
-            seeds=ints[0],
-            steps=ints[1],
-            is_all_greedy=all(is_greedy),
+            logit_edits=LogitEdits.from_requests(
+                params, steps, prompt_ids, output_ids, stop_token_ids_for_min_tokens, device
+            ),
+            draws=draws_for(params, seeds, steps, device),
+            top_logprobs_nums=[p.top_logprobs_num if p.return_logprob else 0 for p in params] if wants_logprobs else None,
         )
 
 
-def sample(logits: torch.Tensor, sampling_batch: SamplingBatch) -> torch.Tensor:
-    """Next token of every row of ``logits [B, V]``, as ``[B]`` int64."""
-    greedy_tokens = logits.argmax(dim=-1)
-    if sampling_batch.is_all_greedy:
-        return greedy_tokens
-
-    probs = torch.softmax(logits.float() / sampling_batch.temperatures[:, None], dim=-1)
-    sorted_probs, sorted_tokens = probs.sort(dim=-1, descending=True)
-    cumulative = sorted_probs.cumsum(dim=-1)
-    # Keep the smallest prefix whose mass reaches top_p: a token stays if the
-    # mass before it is still short of top_p (so the most likely always stays).
-    is_kept = (cumulative - sorted_probs) < sampling_batch.top_ps[:, None]
-    is_kept |= sampling_batch.top_ps[:, None] >= 1.0
-    kept_cdf = (sorted_probs * is_kept).cumsum(dim=-1)
-
-    threshold = uniform_from_seed(sampling_batch.seeds, sampling_batch.steps) * kept_cdf[:, -1]
-    choice = torch.searchsorted(kept_cdf, threshold[:, None], right=True)
-    # Rounding can push the threshold onto the total; fall back to the last kept token.
-    choice = torch.minimum(choice, is_kept.sum(dim=-1, keepdim=True) - 1)
-    sampled_tokens = sorted_tokens.gather(1, choice).squeeze(1)
-    return torch.where(sampling_batch.is_greedy, greedy_tokens, sampled_tokens)
+def sample(logits: torch.Tensor, sampling_batch: SamplingBatch) -> SampleOutput:
+    """The next token of every row of ``logits [B, V]`` (float32), read back in one host sync."""
+    processed = sampling_batch.logit_edits.apply(logits)
+    token_ids = _choose_tokens(processed, sampling_batch.draws)
+    if sampling_batch.top_logprobs_nums is None:
+        return SampleOutput(token_ids=token_ids.tolist(), logprobs=None, top_logprobs=None)
+    top_nums = sampling_batch.top_logprobs_nums
+    rows = pack_logprobs(logits, token_ids, max(top_nums)).tolist()
+    ids, logprobs, tops = unpack_logprobs(rows, top_nums)
+    return SampleOutput(token_ids=ids, logprobs=logprobs, top_logprobs=tops)
 
 
-def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
-    # torch shifts int64 arithmetically; mask the sign bits back out for a logical shift.
-    return (x >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def _splitmix64(x: torch.Tensor) -> torch.Tensor:
-    x = x + _GOLDEN
-    x = (x ^ _shift_right(x, 30)) * _MIX_1
-    x = (x ^ _shift_right(x, 27)) * _MIX_2
-    return x ^ _shift_right(x, 31)
-
-
-def uniform_from_seed(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """A uniform float32 in [0, 1) per row, a pure function of (seed, step)."""
-    mixed = _splitmix64(_splitmix64(seeds) ^ steps)
-    top_bits = _shift_right(mixed, 64 - _UNIFORM_BITS)
-    return top_bits.to(torch.float32) / float(1 << _UNIFORM_BITS)
+def _choose_tokens(processed: torch.Tensor, draws: list[SeededDraw]) -> torch.Tensor:
+    if len(draws) == 1 and draws[0].rows is None:
+        return draws[0].tokens_from(processed)
+    # Greedy rows keep the argmax; each draw overwrites its own rows.
+    token_ids = processed.argmax(dim=-1)
+    for draw in draws:
+        token_ids.index_copy_(0, draw.rows, draw.tokens_from(processed))
+    return token_ids

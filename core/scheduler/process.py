@@ -14,6 +14,7 @@ def run_scheduler_process(config, port_args, ready_writer) -> None:
 def _build(context, port_args):
     from tercet.model.model_runner import ModelRunner
     from tercet.scheduler.scheduler import Scheduler
+    from tercet.tokenizer import load_tokenizer
 
     config = context.config
     model_runner = ModelRunner(
@@ -25,7 +26,8 @@ def _build(context, port_args):
         page_size=config.cache.page_size,
         max_running_requests=config.scheduler.max_running_requests,
     )
-    scheduler = Scheduler(context, port_args, model_runner)
+    # The tokenizer decodes output tails to detect stop strings.
+    scheduler = Scheduler(context, port_args, model_runner, load_tokenizer(config.model.path))
     logging.getLogger(__name__).info(
         "model loaded: %s (%s on %s), KV cache of %d tokens",
         config.model.path, model_runner.dtype, model_runner.device, model_runner.page_allocator.num_total * model_runner.page_size,

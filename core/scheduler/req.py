@@ -1,10 +1,10 @@
-"""A request as the scheduler sees it."""
+"""A request as the scheduler sees it: one completion of one prompt."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tercet.messages import FinishReason
+from tercet.messages import FinishReason, TokenLogprobs
 from tercet.sampling_params import SamplingParams
 
 
@@ -14,7 +14,13 @@ class Req:
     input_ids: list[int]
     sampling_params: SamplingParams
     arrival_index: int
+    # The seed of this completion (the n completions of a prompt each get their own).
+    seed: int = 0
     output_ids: list[int] = field(default_factory=list)
+    # The other completions of the same prompt (n > 1): they wait with this
+    # request, are admitted with it, and take its prompt's KV and last logits
+    # instead of prefilling the prompt again.
+    followers: list["Req"] = field(default_factory=list)
     # KV memory, held from admission to finish.
     req_pool_index: int | None = None
     pages: list[int] = field(default_factory=list)
@@ -23,6 +29,11 @@ class Req:
     finish_reason: FinishReason | None = None
     # Output ids already sent to the detokenizer.
     num_sent_tokens: int = 0
+    has_sent_output: bool = False
+    # Log-probabilities not sent yet.
+    unsent_logprobs: list[float] = field(default_factory=list)
+    unsent_top_logprobs: list[list] = field(default_factory=list)
+    prompt_logprobs: TokenLogprobs | None = None
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -41,6 +52,16 @@ class Req:
     @property
     def is_finished(self) -> bool:
         return self.finish_reason is not None
+
+    @property
+    def group(self) -> list["Req"]:
+        """This request and its followers: what is admitted together."""
+        return [self, *self.followers]
+
+    @property
+    def needs_prefill_only(self) -> bool:
+        """max_tokens = 0 with prompt log-probabilities: run the prompt, sample nothing."""
+        return self.sampling_params.max_new_tokens == 0
 
     def tokens_to_feed(self) -> list[int]:
         return self.all_token_ids[self.num_cached_tokens:]

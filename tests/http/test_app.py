@@ -1,108 +1,21 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import re
 
 import httpx
 import pytest
-from starlette.responses import JSONResponse
 
+from http_stand_in import HANG, MODEL, STREAMED, StandInTokenizerManager, client_for, piece, post, sse_events
+from starlette.responses import JSONResponse
 from tercet.errors import RequestError
 from tercet.http.app import create_app
 from tercet.http.server import serve_http
-from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
-
-MODEL = "stand-in-model"
-HANG = object()  # script item: wait until cancelled or closed
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-def piece(text, token_ids, finish=None, completion_tokens=None) -> GenerateOutput:
-    return GenerateOutput("", text, token_ids, finish, prompt_tokens=3, completion_tokens=completion_tokens or 0)
-
-
-STOP = FinishReason("stop", matched_token=2)
-STREAMED = [piece("Hel", [5, 6], completion_tokens=2), piece("lo", [7], STOP, completion_tokens=3)]
-WHOLE = [piece("Hello", [5, 6, 7], FinishReason("length"), completion_tokens=3)]
-
-
-class ScriptedOutputs:
-    """What the stand-in's ``generate`` returns: scripted pieces, errors or a hang."""
-
-    def __init__(self, rid: str, script: list):
-        self.rid = rid
-        self.script = list(script)
-        self.aclose_calls = 0
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> GenerateOutput:
-        if self.aclose_calls or not self.script:
-            raise StopAsyncIteration
-        item = self.script.pop(0)
-        if item is HANG:
-            await asyncio.Event().wait()
-        if isinstance(item, BaseException):
-            raise item
-        return dataclasses.replace(item, rid=self.rid)
-
-    async def aclose(self) -> None:
-        self.aclose_calls += 1
-
-
-class StandInTokenizerManager:
-    served_model_name = MODEL
-    context_len = 64
-
-    def __init__(self, script: list | None = None, healthy: bool = True):
-        self.script = script
-        self.healthy = healthy
-        self.requests: list[GenerateRequest] = []
-        self.templated: list[list[dict]] = []
-        self.outputs: list[ScriptedOutputs] = []
-
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
-        self.templated.append(messages)
-        return [1] * (4 * len(messages))
-
-    def generate(self, request: GenerateRequest) -> ScriptedOutputs:
-        self.requests.append(request)
-        script = self.script if self.script is not None else (STREAMED if request.stream else WHOLE)
-        self.outputs.append(ScriptedOutputs(request.rid or "rid-0", script))
-        return self.outputs[-1]
-
-    def is_healthy(self) -> bool:
-        return self.healthy
-
-
-def client_for(app) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://tercet")
-
-
-async def post(body, path="/v1/completions", manager=None, **app_options) -> httpx.Response:
-    async with client_for(create_app(manager or StandInTokenizerManager(), **app_options)) as client:
-        if isinstance(body, (bytes, str)):
-            return await client.post(path, content=body)
-        return await client.post(path, json=body)
-
-
-def sse_events(response: httpx.Response) -> list[dict]:
-    assert response.headers["content-type"].startswith("text/event-stream")
-    blocks = [block for block in response.text.split("\n\n") if block]
-    assert all(block.startswith("data: ") for block in blocks)
-    assert blocks[-1] == "data: [DONE]"
-    return [json.loads(block.removeprefix("data: ")) for block in blocks[:-1]]
 
 
 # -- /v1/completions --------------------------------------------------------------
@@ -171,46 +84,6 @@ async def test_chat_completion_stream():
     assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "stop"]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
-
-
-# -- /generate --------------------------------------------------------------------
-
-
-async def test_native_generate():
-    manager = StandInTokenizerManager()
-    body = {"text": "Say", "sampling_params": {"max_new_tokens": 3, "temperature": 0, "stop_token_ids": [2]}, "rid": "r1"}
-    response = await post(body, "/generate", manager)
-    assert response.status_code == 200
-    assert response.json() == {
-        "text": "Hello",
-        "output_ids": [5, 6, 7],
-        "meta_info": {"id": "r1", "finish_reason": {"type": "length"}, "prompt_tokens": 3, "completion_tokens": 3},
-    }
-    params = manager.requests[0].sampling_params
-    assert (params.max_new_tokens, params.temperature, params.stop_token_ids) == (3, 0, [2])
-
-
-async def test_native_generate_stream_is_cumulative():
-    events = sse_events(await post({"input_ids": [1, 2], "stream": True}, "/generate"))
-    assert [(e["text"], e["output_ids"]) for e in events] == [("Hel", [5, 6]), ("Hello", [5, 6, 7])]
-    assert [e["meta_info"]["finish_reason"] for e in events] == [None, {"type": "stop", "matched": 2}]
-
-
-@pytest.mark.parametrize(
-    "body, param",
-    [
-        ({"text": "x", "sampling_params": {"top_k": 5}}, "sampling_params.top_k"),
-        ({"text": "x", "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
-        ({"text": "x", "sampling_params": {"ignore_eos": "yes"}}, "sampling_params.ignore_eos"),
-        ({"text": "x", "input_ids": [1]}, "text"),
-        ({"input_ids": []}, "input_ids"),
-    ],
-)
-async def test_native_generate_rejects_bad_bodies(body, param):
-    response = await post(body, "/generate")
-    assert response.status_code == 400 and response.json()["error"]["param"] == param
-    if param == "sampling_params.top_k":
-        assert "'top_k'" in response.json()["error"]["message"]
 
 
 # -- models, health, errors -------------------------------------------------------

@@ -67,3 +67,48 @@ def test_random_token_sequences_decode_exactly(tokenizer, token_ids):
     detokenizer = IncrementalDetokenizer(tokenizer)
     detokenizer.start("r", skip_special_tokens=False)
     assert "".join(stream(detokenizer, "r", token_ids)) == tokenizer.decode(token_ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("text", ["日本語のテキスト", "🙂🚀👨‍👩‍👧", "mixed 中文 and emoji 🙂."])
+def test_no_half_character_is_ever_streamed(tokenizer, text):
+    token_ids = tokenizer.encode(text, add_special_tokens=False)
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    detokenizer.start("r")
+    deltas = stream(detokenizer, "r", token_ids)
+    assert "".join(deltas) == text
+    assert not any("\ufffd" in delta for delta in deltas)
+
+
+@pytest.mark.parametrize("text", ["ends with \ufffd", "\ufffd in the middle", "日本\ufffd🙂"])
+def test_text_that_really_contains_the_replacement_character(tokenizer, text):
+    token_ids = tokenizer.encode(text, add_special_tokens=False)
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    detokenizer.start("r")
+    deltas = stream(detokenizer, "r", token_ids)
+    assert "".join(deltas) == text
+    if text.endswith("\ufffd"):
+        # Held back as a possibly cut character until the request ends.
+        assert deltas[-1].endswith("\ufffd")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    token_ids=st.lists(st.one_of(st.integers(0, 16), st.integers(0, 49151)), max_size=32),
+    skip_special_tokens=st.booleans(),
+    chunk=st.integers(1, 5),
+)
+def test_random_sequences_in_random_chunks(tokenizer, token_ids, skip_special_tokens, chunk):
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    detokenizer.start("r", skip_special_tokens=skip_special_tokens)
+    text = "".join(stream(detokenizer, "r", token_ids, chunk))
+    assert text == tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+    assert detokenizer.states == {}
+
+
+def test_registered_as_incremental():
+    from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+    from tercet.plugins import incremental_detokenizer
+
+    plugin_manager = create_plugin_manager(load_entry_points=False, extra_plugins=[incremental_detokenizer])
+    registry = PluginRegistries.from_plugin_manager(plugin_manager).detokenizers
+    assert registry.names() == ["incremental"] and registry.get("incremental") is IncrementalDetokenizer

@@ -13,6 +13,7 @@ from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.scheduler import Scheduler
+from tercet.tokenizer import load_tokenizer
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def harness(tiny_llama_dir):
         max_total_tokens=256, page_size=8, max_running_requests=4,
     )
     outputs = MessageReceiver(zmq.Context.instance(), port_args.detokenizer_input, context.create_serializer())
-    scheduler = Scheduler(context, port_args, model_runner)
+    scheduler = Scheduler(context, port_args, model_runner, load_tokenizer(tiny_llama_dir))
     to_scheduler = MessageSender(zmq.Context.instance(), port_args.scheduler_input, context.create_serializer())
     yield Harness(scheduler, to_scheduler, outputs)
     to_scheduler.close()
@@ -132,3 +133,69 @@ def test_stop_token_and_zero_max_tokens(harness):
     harness.send(TokenizedGenerateReq("stopped", [1, 2], greedy(10, stop_token_ids=[first_token])))
     (output,) = harness.step()
     assert output.finished_reasons[0].kind == "stop" and output.finished_reasons[0].matched_token == first_token
+
+
+def test_n_completions_prefill_the_prompt_once(harness):
+    prompt = list(range(1, 14))
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, seed=9, ignore_eos=True, n=3)
+    harness.send(TokenizedGenerateReq("multi", prompt, params))
+    outputs = harness.step()
+    prefill = harness.forward_calls[-1]
+    assert prefill.extend_lens.tolist() == [len(prompt)]
+    assert sorted(outputs[0].rids) == ["multi#0", "multi#1", "multi#2"]
+    tokens = {}
+    for _ in range(10):
+        for output in outputs:
+            for rid, new_ids in zip(output.rids, output.new_token_ids):
+                tokens.setdefault(rid, []).extend(new_ids)
+        if len(harness.scheduler.running) == 0:
+            break
+        outputs = harness.step()
+    assert all(len(ids) == 4 for ids in tokens.values())
+    # Each completion continues from its own first token over a copy of the prompt's KV:
+    # the next decode step feeds three sequences of one token each.
+    assert harness.forward_calls[1].extend_lens.tolist() == [1, 1, 1]
+    assert len({tuple(ids) for ids in tokens.values()}) > 1
+
+
+def test_greedy_n_completions_match_a_single_greedy_run(harness):
+    prompt = list(range(20, 31))
+    harness.send(TokenizedGenerateReq("one", prompt, greedy(5)))
+    harness.send(TokenizedGenerateReq("three", prompt, greedy(5, n=3)))
+    tokens = {}
+    for _ in range(10):
+        for output in harness.step():
+            for rid, new_ids in zip(output.rids, output.new_token_ids):
+                tokens.setdefault(rid, []).extend(new_ids)
+    assert tokens["three#0"] == tokens["three#1"] == tokens["three#2"] == tokens["one"]
+
+
+def test_stop_string_finishes_with_the_matched_text(harness):
+    tokenizer = harness.scheduler.stop_conditions.tokenizer
+    harness.send(TokenizedGenerateReq("probe", [3, 4, 5], greedy(6)))
+    probe = []
+    for _ in range(8):
+        for output in harness.step():
+            probe += output.new_token_ids[0]
+    text = tokenizer.decode(probe)
+    stop = text[len(tokenizer.decode(probe[:2])):][:3]
+    assert stop.strip()
+    harness.send(TokenizedGenerateReq("stopped", [3, 4, 5], greedy(6, stop=[stop, "never-appears"])))
+    reasons = {}
+    for _ in range(8):
+        for output in harness.step():
+            reasons.update({rid: r for rid, r in zip(output.rids, output.finished_reasons) if r})
+    assert reasons["stopped"].kind == "stop" and reasons["stopped"].matched_text == stop
+
+
+def test_abort_of_one_waiting_completion_keeps_the_others(harness):
+    harness.send(TokenizedGenerateReq("full", list(range(1, 21)), greedy(100)))
+    harness.send(TokenizedGenerateReq("full2", list(range(1, 21)), greedy(100)))
+    harness.send(TokenizedGenerateReq("group", [7, 8, 9], greedy(30, n=2)))
+    harness.step()
+    (leader,) = [req for req in harness.scheduler.waiting if req.rid.startswith("group")]
+    assert [req.rid for req in leader.group] == ["group#0", "group#1"]
+    harness.send(AbortReq("group#0"))
+    harness.step()
+    (successor,) = [req for req in harness.scheduler.waiting if req.rid.startswith("group")]
+    assert successor.rid == "group#1" and successor.followers == []

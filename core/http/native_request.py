@@ -1,0 +1,113 @@
+"""The body of ``POST /generate`` (SGLang's native API) -> :class:`NativeRequest`.
+
+``sampling_params`` takes every :class:`SamplingParams` field by its own name.
+Log-probabilities are asked for at the top level, as SGLang does:
+``return_logprob``, ``top_logprobs_num``, ``return_prompt_logprob`` (tercet's
+name) or SGLang's ``logprob_start_len`` (prompt log-probabilities from that
+position on; ``-1``, the default, for none) and ``return_text_in_logprobs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from tercet.errors import RequestError
+from tercet.http.openai_params import check_seed_range, parse_logit_bias, parse_stop, parse_top_logprobs, renamed
+from tercet.io_struct import GenerateRequest
+from tercet.sampling_params import SamplingParams
+
+SAMPLING_PARAM_NAMES = tuple(field.name for field in dataclasses.fields(SamplingParams))
+# SamplingParams.validate names parameters the OpenAI way; here they keep their own names.
+NATIVE_PARAM_NAMES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "top_logprobs": "top_logprobs_num"}
+TOP_LEVEL_FLAGS = ("return_logprob", "return_prompt_logprob", "return_text_in_logprobs")
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    generate_request: GenerateRequest
+    # Prompt log-probabilities are reported from this prompt position on.
+    logprob_start_len: int = 0
+    return_text_in_logprobs: bool = False
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        return self.generate_request.sampling_params
+
+
+def parse_generate_request(body: dict, vocab_size: int | None = None) -> NativeRequest:
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (input_ids is None):
+        raise RequestError("send exactly one of text and input_ids", "text")
+    if text is not None and not isinstance(text, str):
+        raise RequestError("text must be a string (batches are not supported yet)", "text")
+    if input_ids is not None and not _is_token_id_list(input_ids):
+        raise RequestError("input_ids must be a non-empty list of non-negative integers", "input_ids")
+    stream = _flag(body, "stream")
+    rid = body.get("rid")
+    if rid is not None and (not isinstance(rid, str) or not rid):
+        raise RequestError("rid must be a non-empty string", "rid")
+    raw = _sampling_params_object(body.get("sampling_params"))
+    flags = {name: _flag(body, name) for name in TOP_LEVEL_FLAGS if body.get(name) is not None}
+    logprob_start_len = body.get("logprob_start_len")
+    if logprob_start_len is None:
+        logprob_start_len = -1
+    if not isinstance(logprob_start_len, int) or isinstance(logprob_start_len, bool) or logprob_start_len < -1:
+        raise RequestError(f"logprob_start_len must be an integer >= -1, got {logprob_start_len!r}", "logprob_start_len")
+    if body.get("top_logprobs_num") is not None:
+        raw["top_logprobs_num"] = parse_top_logprobs(body["top_logprobs_num"], "top_logprobs_num")
+    if "return_logprob" in flags:
+        raw["return_logprob"] = flags["return_logprob"]
+    if "return_prompt_logprob" in flags:
+        raw["return_prompt_logprob"] = flags["return_prompt_logprob"]
+    elif raw.get("return_logprob") and logprob_start_len >= 0:
+        raw["return_prompt_logprob"] = True  # SGLang's way to ask for the prompt's log-probabilities
+    params = _sampling_params(raw, vocab_size)
+    generate_request = GenerateRequest(params, text=text, input_ids=input_ids, stream=stream, rid=rid)
+    return NativeRequest(generate_request, max(logprob_start_len, 0), flags.get("return_text_in_logprobs", False))
+
+
+def _sampling_params_object(raw) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RequestError("sampling_params must be an object", "sampling_params")
+    for key in raw:
+        if key not in SAMPLING_PARAM_NAMES:
+            raise RequestError(
+                f"unknown sampling_params key {key!r}; known keys: {', '.join(SAMPLING_PARAM_NAMES)}",
+                f"sampling_params.{key}",
+            )
+    return {key: value for key, value in raw.items() if value is not None}
+
+
+def _sampling_params(raw: dict, vocab_size: int | None) -> SamplingParams:
+    try:
+        if "stop" in raw:
+            raw["stop"] = parse_stop(raw["stop"])
+        if "logit_bias" in raw:
+            raw["logit_bias"] = parse_logit_bias(raw["logit_bias"])
+        check_seed_range(raw.get("seed"), "seed")
+        params = SamplingParams(**raw)
+        params.validate(vocab_size)
+    except RequestError as error:
+        error = renamed(error, NATIVE_PARAM_NAMES)
+        raise RequestError(error.message, f"sampling_params.{error.param}", error.status_code) from None
+    return params
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"{key} must be true or false, got {value!r}", key)
+    return value
+
+
+def _is_token_id_list(value) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    )

@@ -1,0 +1,130 @@
+"""OpenAI request fields -> :class:`SamplingParams`, shared by completions and chat.
+
+Besides OpenAI's own fields, the extensions vLLM and SGLang accept on these
+routes (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
+``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``, ``no_stop_trim``)
+are taken too, so their clients work unchanged. A JSON ``null`` means "the default".
+"""
+
+from __future__ import annotations
+
+import re
+
+from tercet.errors import RequestError
+from tercet.sampling_params import MAX_TOP_LOGPROBS, SamplingParams
+
+# OpenAI field -> SamplingParams field, passed through as sent (validate checks them).
+DIRECT_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "seed": "seed",
+    "min_tokens": "min_new_tokens",
+    "stop_token_ids": "stop_token_ids",
+    "ignore_eos": "ignore_eos",
+    "skip_special_tokens": "skip_special_tokens",
+    "no_stop_trim": "no_stop_trim",
+    "n": "n",
+}
+# Seeds travel as 64-bit integers.
+SEED_RANGE = (-(1 << 63), 1 << 64)
+INTEGER_STRING = re.compile(r"\s*-?\d+\s*")
+
+
+def sampling_params_from_body(
+    body: dict,
+    *,
+    max_tokens_key: str,
+    max_new_tokens: int,
+    return_logprob: bool = False,
+    top_logprobs_num: int = 0,
+    return_prompt_logprob: bool = False,
+    vocab_size: int | None = None,
+    param_names: dict[str, str] | None = None,
+) -> SamplingParams:
+    """Build and validate the request's sampling parameters.
+
+    The route has already worked out the max tokens (``max_tokens_key`` names
+    the field it came from, for errors) and the log-probability switches.
+    ``param_names`` renames validation errors' params to this route's fields.
+    """
+    values = {target: body[source] for source, target in DIRECT_FIELDS.items() if body.get(source) is not None}
+    check_seed_range(values.get("seed"), "seed")
+    params = SamplingParams(
+        max_new_tokens=max_new_tokens,
+        stop=parse_stop(body.get("stop")),
+        logit_bias=parse_logit_bias(body.get("logit_bias")),
+        return_logprob=return_logprob,
+        top_logprobs_num=top_logprobs_num,
+        return_prompt_logprob=return_prompt_logprob,
+        **values,
+    )
+    renames = {"max_tokens": max_tokens_key, **(param_names or {})}
+    try:
+        params.validate(vocab_size)
+    except RequestError as error:
+        raise renamed(error, renames) from None
+    return params
+
+
+def check_seed_range(seed, param: str) -> None:
+    """Seeds cross the IPC edges as 64-bit integers; validate checks that it is an integer at all."""
+    if isinstance(seed, int) and not isinstance(seed, bool) and not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+        raise RequestError(f"{param} must fit in 64 bits, got {seed}", param)
+
+
+def parse_stop(stop) -> list[str]:
+    """``stop``: a string or a list of strings (validate checks what is in the list)."""
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list):
+        return list(stop)
+    raise RequestError(f"stop must be a string or a list of strings, got {stop!r}", "stop")
+
+
+def parse_logit_bias(logit_bias) -> dict[int, float]:
+    """OpenAI sends ``{"<token id>": bias}``: JSON object keys are always strings."""
+    if logit_bias is None:
+        return {}
+    if not isinstance(logit_bias, dict):
+        raise RequestError("logit_bias must be an object mapping token ids to biases", "logit_bias")
+    parsed = {}
+    for key, bias in logit_bias.items():
+        if isinstance(key, str) and INTEGER_STRING.fullmatch(key):
+            parsed[int(key)] = bias
+        elif isinstance(key, int) and not isinstance(key, bool):
+            parsed[key] = bias
+        else:
+            raise RequestError(f"logit_bias keys must be token ids such as \"50256\", got {key!r}", "logit_bias")
+    return parsed
+
+
+def parse_flag(body: dict, key: str) -> bool:
+    value = body.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RequestError(f"{key} must be true or false, got {value!r}", key)
+    return value
+
+
+def parse_top_logprobs(value, key: str) -> int:
+    """A number of alternatives to report per token, 0 to MAX_TOP_LOGPROBS."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise RequestError(f"{key} must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {value!r}", key)
+    return value
+
+
+def renamed(error: RequestError, renames: dict[str, str]) -> RequestError:
+    """``error`` with its param (and that name in its message) renamed."""
+    new_name = renames.get(error.param)
+    if new_name is None or new_name == error.param:
+        return error
+    message = error.message.replace(error.param, new_name, 1)
+    return type(error)(message, new_name, error.status_code)

@@ -1,0 +1,212 @@
+"""OpenAI request bodies in: ``/v1/completions`` and ``/v1/chat/completions``.
+
+Parsing validates everything the client sent and returns an :class:`OpenAIRequest`
+holding the :class:`GenerateRequest` for the TokenizerManager. Unknown fields are
+ignored, as OpenAI-compatible servers do, so newer clients keep working; known
+fields whose behaviour tercet does not have (tools, JSON mode, ``suffix``,
+``best_of``) are a 400 rather than an answer that silently ignores them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tercet.errors import RequestError
+from tercet.http.chat_messages import parse_messages
+from tercet.http.errors import APIError
+from tercet.http.openai_params import parse_flag, parse_top_logprobs, sampling_params_from_body
+from tercet.io_struct import GenerateRequest
+
+# OpenAI's default for /v1/completions; chat defaults to "as much as fits".
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class OpenAIRequest:
+    """A validated completions or chat completions request."""
+
+    id: str  # "cmpl-…" or "chatcmpl-…"; also the request's rid
+    model: str
+    created: int
+    generate_request: GenerateRequest
+    include_usage: bool = False
+    # Completions only: return the prompt before each completion's text.
+    echo: bool = False
+
+    @property
+    def stream(self) -> bool:
+        return self.generate_request.stream
+
+    @property
+    def n(self) -> int:
+        return self.generate_request.sampling_params.n
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.generate_request.sampling_params.return_logprob
+
+    @property
+    def num_top_logprobs(self) -> int:
+        return self.generate_request.sampling_params.top_logprobs_num
+
+
+# -- /v1/completions ------------------------------------------------------------
+
+
+def parse_completion_request(body: dict, served_model_name: str, vocab_size: int | None = None) -> OpenAIRequest:
+    model = _check_model(body, served_model_name)
+    stream, include_usage = _stream_flags(body)
+    text, input_ids = _parse_prompt(body.get("prompt"))
+    _refuse_suffix_and_best_of(body)
+    echo = parse_flag(body, "echo")
+    logprobs = body.get("logprobs")
+    if logprobs is not None:
+        logprobs = parse_top_logprobs(logprobs, "logprobs")
+    max_tokens = body.get("max_tokens")
+    params = sampling_params_from_body(
+        body,
+        max_tokens_key="max_tokens",
+        max_new_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+        return_logprob=logprobs is not None,
+        top_logprobs_num=logprobs or 0,
+        return_prompt_logprob=echo and logprobs is not None,
+        vocab_size=vocab_size,
+        param_names={"top_logprobs": "logprobs"},
+    )
+    request_id = f"cmpl-{uuid.uuid4().hex}"
+    generate_request = GenerateRequest(params, text=text, input_ids=input_ids, stream=stream, rid=request_id)
+    return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage, echo)
+
+
+def _parse_prompt(prompt) -> tuple[str | None, list[int] | None]:
+    if isinstance(prompt, str):
+        return prompt, None
+    if isinstance(prompt, list) and prompt:
+        if all(_is_token_id(t) for t in prompt):
+            return None, list(prompt)
+        if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            return _parse_prompt(prompt[0])
+        if all(isinstance(p, (str, list)) for p in prompt):
+            raise RequestError("only one prompt per request is supported for now; send one request per prompt", "prompt")
+    if prompt is None:
+        raise RequestError("prompt is required", "prompt")
+    raise RequestError("prompt must be a string or a non-empty list of token ids", "prompt")
+
+
+def _refuse_suffix_and_best_of(body: dict) -> None:
+    if body.get("suffix"):
+        raise RequestError("suffix (insertion after the completion) is not supported", "suffix")
+    best_of, n = body.get("best_of"), body.get("n") or 1
+    if best_of is not None and best_of != n:
+        raise RequestError(
+            f"best_of={best_of!r} is not supported: the server does not rank completions; use n instead", "best_of"
+        )
+
+
+# -- /v1/chat/completions -------------------------------------------------------
+
+# Chat fields whose feature tercet lacks: sending them (with a non-default value) is a 400.
+UNSUPPORTED_CHAT_FIELDS = {
+    "tools": "tool calling is not supported",
+    "functions": "function calling is not supported",
+    "function_call": "function calling is not supported",
+    "tool_choice": "tool calling is not supported",
+    "response_format": "only plain text responses are supported (no JSON mode or schema)",
+}
+
+
+def parse_chat_completion_request(
+    body: dict,
+    served_model_name: str,
+    context_len: int,
+    apply_chat_template: Callable[[list[dict]], list[int]],
+    vocab_size: int | None = None,
+) -> OpenAIRequest:
+    model = _check_model(body, served_model_name)
+    stream, include_usage = _stream_flags(body)
+    _refuse_unsupported_chat_fields(body)
+    logprobs, top_logprobs = _chat_logprob_flags(body)
+    input_ids = apply_chat_template(parse_messages(body.get("messages")))
+    room = context_len - len(input_ids)
+    # max_completion_tokens is OpenAI's newer name; it wins when both are sent.
+    max_tokens_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = body.get(max_tokens_key)
+    if room <= 0 and max_tokens is None:
+        raise RequestError(
+            f"the conversation is {len(input_ids)} tokens, which leaves no room in the model's "
+            f"context of {context_len} tokens; shorten the messages",
+            "messages",
+        )
+    params = sampling_params_from_body(
+        body,
+        max_tokens_key=max_tokens_key,
+        max_new_tokens=room if max_tokens is None else max_tokens,
+        return_logprob=logprobs,
+        top_logprobs_num=top_logprobs,
+        vocab_size=vocab_size,
+    )
+    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+    generate_request = GenerateRequest(params, input_ids=input_ids, stream=stream, rid=request_id)
+    return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage)
+
+
+def _refuse_unsupported_chat_fields(body: dict) -> None:
+    for key, reason in UNSUPPORTED_CHAT_FIELDS.items():
+        value = body.get(key)
+        harmless = not value or value in ("none", "auto") or value == {"type": "text"}
+        if not harmless:
+            raise RequestError(f"{key}: {reason}", key)
+
+
+def _chat_logprob_flags(body: dict) -> tuple[bool, int]:
+    logprobs = parse_flag(body, "logprobs")
+    top_logprobs = body.get("top_logprobs")
+    if top_logprobs is None:
+        return logprobs, 0
+    top_logprobs = parse_top_logprobs(top_logprobs, "top_logprobs")
+    if top_logprobs and not logprobs:
+        raise RequestError("top_logprobs needs logprobs set to true", "top_logprobs")
+    return logprobs, top_logprobs
+
+
+# -- shared ---------------------------------------------------------------------
+
+
+def _is_token_id(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_model(body: dict, served_model_name: str) -> str:
+    model = body.get("model")
+    if model is None:
+        return served_model_name  # lenient: a missing model means the one we serve
+    if not isinstance(model, str):
+        raise RequestError("model must be a string", "model")
+    if model != served_model_name:
+        raise APIError(
+            f"The model `{model}` does not exist; this server serves `{served_model_name}`.",
+            "model",
+            404,
+            "model_not_found",
+        )
+    return model
+
+
+def _stream_flags(body: dict) -> tuple[bool, bool]:
+    stream = parse_flag(body, "stream")
+    options = body.get("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        raise RequestError("stream_options is only allowed when stream is true", "stream_options")
+    if not isinstance(options, dict):
+        raise RequestError("stream_options must be an object", "stream_options")
+    include_usage = options.get("include_usage")
+    if include_usage is None:
+        include_usage = False
+    if not isinstance(include_usage, bool):
+        raise RequestError("stream_options.include_usage must be true or false", "stream_options.include_usage")
+    return stream, include_usage

@@ -1,0 +1,124 @@
+"""OpenAI response bodies and stream chunks out, for completions and chat completions."""
+
+from __future__ import annotations
+
+from tercet.http.logprobs_format import TokenStrings, chat_logprobs, completion_logprobs
+from tercet.http.openai_request import OpenAIRequest
+from tercet.io_struct import GenerateOutput
+from tercet.messages import FinishReason, TokenLogprobs
+
+NO_LOGPROBS = TokenLogprobs([], [], [])
+
+
+def openai_finish_reason(finish_reason: FinishReason | None) -> str | None:
+    # "stop" and "length" are OpenAI's own; an abort keeps its name.
+    return None if finish_reason is None else finish_reason.kind
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def usage_of(outputs: list[GenerateOutput]) -> dict:
+    """The prompt counts once, however many completions it had."""
+    return usage(outputs[0].prompt_tokens, sum(output.completion_tokens for output in outputs))
+
+
+def prompt_text(request: OpenAIRequest, strings: TokenStrings | None, prompt_token_ids: list[int] | None = None) -> str:
+    """The prompt as text, for ``echo``: as sent, or decoded when sent as token ids."""
+    generate_request = request.generate_request
+    if generate_request.text is not None:
+        return generate_request.text
+    if strings is None:
+        raise RuntimeError("echoing a token-id prompt needs the tokenizer")
+    return strings.decode(prompt_token_ids or generate_request.input_ids or [])
+
+
+def output_logprobs(output: GenerateOutput) -> TokenLogprobs:
+    """A piece's log-probabilities; a piece with tokens but none is a server fault, never a silent gap."""
+    if output.output_logprobs is not None:
+        return output.output_logprobs
+    if output.token_ids:
+        raise RuntimeError(f"the server returned no log-probabilities for completion {output.index}")
+    return NO_LOGPROBS
+
+
+def prompt_logprobs(output: GenerateOutput) -> TokenLogprobs:
+    if output.prompt_logprobs is None:
+        raise RuntimeError("the server returned no prompt log-probabilities for an echo request")
+    return output.prompt_logprobs
+
+
+# -- /v1/completions ------------------------------------------------------------
+
+
+def completion_response(request: OpenAIRequest, outputs: list[GenerateOutput], strings: TokenStrings | None) -> dict:
+    choices = [_completion_choice(request, output, strings) for output in outputs]
+    return {**_envelope(request, "text_completion"), "choices": choices, "usage": usage_of(outputs)}
+
+
+def _completion_choice(request: OpenAIRequest, output: GenerateOutput, strings: TokenStrings | None) -> dict:
+    text = output.text
+    logprobs = None
+    if request.echo:
+        text = prompt_text(request, strings, output.prompt_token_ids) + text
+    if request.wants_logprobs:
+        parts = [prompt_logprobs(output)] if request.echo else []
+        parts.append(output_logprobs(output))
+        logprobs = completion_logprobs(strings, TokenLogprobs.concat(parts), request.num_top_logprobs, 0)
+    return {"index": output.index, "text": text, "logprobs": logprobs, "finish_reason": openai_finish_reason(output.finish_reason)}
+
+
+def completion_chunk(
+    request: OpenAIRequest, index: int, text: str, logprobs: dict | None = None, finish_reason: str | None = None
+) -> dict:
+    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+    return _chunk(request, "text_completion", choice)
+
+
+# -- /v1/chat/completions -------------------------------------------------------
+
+
+def chat_completion_response(request: OpenAIRequest, outputs: list[GenerateOutput], strings: TokenStrings | None) -> dict:
+    choices = [
+        {
+            "index": output.index,
+            "message": {"role": "assistant", "content": output.text},
+            "logprobs": chat_logprobs(strings, output_logprobs(output), request.num_top_logprobs)
+            if request.wants_logprobs
+            else None,
+            "finish_reason": openai_finish_reason(output.finish_reason),
+        }
+        for output in outputs
+    ]
+    return {**_envelope(request, "chat.completion"), "choices": choices, "usage": usage_of(outputs)}
+
+
+def chat_completion_chunk(
+    request: OpenAIRequest, index: int, delta: dict, logprobs: dict | None = None, finish_reason: str | None = None
+) -> dict:
+    choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+    return _chunk(request, "chat.completion.chunk", choice)
+
+
+# -- shared ---------------------------------------------------------------------
+
+
+def usage_chunk(request: OpenAIRequest, object_name: str, prompt_tokens: int, completion_tokens: int) -> dict:
+    """The extra last chunk of a stream with ``include_usage``: no choices, only usage."""
+    return {**_envelope(request, object_name), "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def _chunk(request: OpenAIRequest, object_name: str, choice: dict) -> dict:
+    chunk = {**_envelope(request, object_name), "choices": [choice]}
+    if request.include_usage:
+        chunk["usage"] = None  # as OpenAI does: every chunk but the last has usage null
+    return chunk
+
+
+def _envelope(request: OpenAIRequest, object_name: str) -> dict:
+    return {"id": request.id, "object": object_name, "created": request.created, "model": request.model}

@@ -1,0 +1,122 @@
+"""A stand-in TokenizerManager for the HTTP tests: it plays scripted outputs."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import httpx
+
+from tercet.http.app import create_app
+from tercet.io_struct import GenerateOutput, GenerateRequest
+from tercet.messages import FinishReason, TokenLogprobs
+
+MODEL = "stand-in-model"
+HANG = object()  # script item: wait until cancelled or closed
+
+
+def piece(text, token_ids, finish=None, completion_tokens=None, **fields) -> GenerateOutput:
+    return GenerateOutput("", text, token_ids, finish, prompt_tokens=3, completion_tokens=completion_tokens or 0, **fields)
+
+
+# The stand-in vocabulary: token id -> its text.
+VOCAB = {1: "Say", 2: "<eos>", 3: " it", 5: "Hel", 6: "l", 7: "o", 8: "!"}
+
+
+class StandInTokenizer:
+    def decode(self, token_ids, skip_special_tokens=False):
+        return "".join(VOCAB.get(t, f"<{t}>") for t in token_ids)
+
+    def convert_ids_to_tokens(self, token_ids):
+        return VOCAB.get(token_ids) if isinstance(token_ids, int) else [VOCAB.get(t) for t in token_ids]
+
+    def encode(self, text, add_special_tokens=True):
+        return []
+
+
+STOP = FinishReason("stop", matched_token=2)
+STREAMED = [piece("Hel", [5, 6], completion_tokens=2), piece("lo", [7], STOP, completion_tokens=3)]
+WHOLE = [piece("Hello", [5, 6, 7], FinishReason("length"), completion_tokens=3)]
+
+
+class ScriptedOutputs:
+    """What the stand-in's ``generate`` returns: scripted pieces, errors or a hang."""
+
+    def __init__(self, rid: str, script: list):
+        self.rid = rid
+        self.script = list(script)
+        self.aclose_calls = 0
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> GenerateOutput:
+        if self.aclose_calls or not self.script:
+            raise StopAsyncIteration
+        item = self.script.pop(0)
+        if item is HANG:
+            await asyncio.Event().wait()
+        if isinstance(item, BaseException):
+            raise item
+        return dataclasses.replace(item, rid=self.rid)
+
+    async def aclose(self) -> None:
+        self.aclose_calls += 1
+
+
+class StandInTokenizerManager:
+    served_model_name = MODEL
+    context_len = 64
+    vocab_size = 100
+    tokenizer = StandInTokenizer()
+
+    def __init__(self, script: list | None = None, healthy: bool = True):
+        self.script = script
+        self.healthy = healthy
+        self.requests: list[GenerateRequest] = []
+        self.templated: list[list[dict]] = []
+        self.outputs: list[ScriptedOutputs] = []
+
+    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+        self.templated.append(messages)
+        return [1] * (4 * len(messages))
+
+    def generate(self, request: GenerateRequest) -> ScriptedOutputs:
+        self.requests.append(request)
+        script = self.script if self.script is not None else (STREAMED if request.stream else WHOLE)
+        self.outputs.append(ScriptedOutputs(request.rid or "rid-0", script))
+        return self.outputs[-1]
+
+    def is_healthy(self) -> bool:
+        return self.healthy
+
+
+def client_for(app) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://tercet")
+
+
+async def post(body, path="/v1/completions", manager=None, **app_options) -> httpx.Response:
+    async with client_for(create_app(manager or StandInTokenizerManager(), **app_options)) as client:
+        if isinstance(body, (bytes, str)):
+            return await client.post(path, content=body)
+        return await client.post(path, json=body)
+
+
+def sse_events(response: httpx.Response) -> list[dict]:
+    assert response.headers["content-type"].startswith("text/event-stream")
+    blocks = [block for block in response.text.split("\n\n") if block]
+    assert all(block.startswith("data: ") for block in blocks)
+    assert blocks[-1] == "data: [DONE]"
+    return [json.loads(block.removeprefix("data: ")) for block in blocks[:-1]]
+
+
+
+PROMPT_LOGPROBS = TokenLogprobs([1, 3], [None, -0.75], [[], [[3, -0.75], [8, -1.0]]])
+
+
+def with_logprobs(output: GenerateOutput, top=None) -> GenerateOutput:
+    """``output`` with made-up log-probabilities for its tokens: -0.5 each."""
+    logprobs = [-0.5] * len(output.token_ids)
+    tops = [[[token_id, -0.5], [8, -2.0]] for token_id in output.token_ids] if top is None else top
+    return dataclasses.replace(output, output_logprobs=TokenLogprobs(list(output.token_ids), logprobs, tops))
