@@ -65,8 +65,8 @@ class SchedulerConfig:
 class CacheConfig:
     max_total_tokens: int = _at_least(32768, 16)
     page_size: int = _at_least(16, 1)
-    # The radix prefix cache is not built yet; the key is reserved so configs stay stable.
-    prefix_cache: bool = field(default=False, metadata={"choices": (False,)})
+    # Share the KV of common prompt prefixes between requests (a radix tree of pages).
+    prefix_cache: bool = True
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ class DetokenizerManager:
                 completion_tokens=batch.completion_tokens,
                 output_logprobs=batch.output_logprobs,
                 prompt_logprobs=batch.prompt_logprobs,
+                cached_tokens=batch.cached_tokens,
             )
         )
 

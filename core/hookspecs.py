@@ -47,10 +47,14 @@ def register_transports(register):
 def register_scheduling_policies(register):
     """Register scheduling policies, chosen by ``[scheduler] policy``.
 
-    ``register(name, factory)`` where ``factory(scheduler_config)`` returns an
-    object with ``order(waiting: list[Req]) -> list[Req]``: the waiting queue in
-    the order the scheduler should try to admit requests. The scheduler admits
-    in that order while KV memory and the batch cap allow.
+    ``register(name, factory)`` where ``factory(config)`` takes the resolved
+    :class:`tercet.config.TercetConfig` (a policy reads its own options from
+    ``config.plugins[<name>]``) and returns a
+    :class:`tercet.scheduler.policy.SchedulingPolicy`: ``order(waiting, view)``
+    gives the waiting requests in the order to try admitting them (the
+    scheduler admits in that order while KV memory, the batch cap and the
+    step's prefill budget allow), and ``choose_preemption_victim(candidate,
+    running)`` may name a running request to send back to the queue.
     """
 
 

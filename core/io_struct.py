@@ -20,6 +20,10 @@ class GenerateRequest:
     input_ids: list[int] | None = None
     stream: bool = False
     rid: str | None = None
+    # Higher runs first under the "priority" scheduling policy.
+    priority: int = 0
+    # Who the request is for, for fair-share scheduling (OpenAI's "user", or a header).
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class GenerateOutput:
     output_logprobs: TokenLogprobs | None = None
     prompt_logprobs: TokenLogprobs | None = None
     prompt_token_ids: list[int] | None = None
+    # Prompt tokens whose KV came from the prefix cache.
+    cached_tokens: int = 0
 
     @property
     def finished(self) -> bool:

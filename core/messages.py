@@ -85,6 +85,8 @@ class TokenizedGenerateReq:
     input_ids: list[int]
     sampling_params: SamplingParams
     stream: bool = False
+    priority: int = 0
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class BatchTokenIDOutput:
     output_logprobs: list[TokenLogprobs | None]
     # Log-probabilities of the prompt, on the first output of requests that asked.
     prompt_logprobs: list[TokenLogprobs | None]
+    # Prompt tokens whose KV came from the prefix cache.
+    cached_tokens: list[int]
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class BatchStrOutput:
     completion_tokens: list[int]
     output_logprobs: list[TokenLogprobs | None]
     prompt_logprobs: list[TokenLogprobs | None]
+    cached_tokens: list[int]
 
 
 CORE_MESSAGE_TYPES = {

@@ -197,6 +197,7 @@ class TokenizerManager:
                     index=state.index,
                     output_logprobs=batch.output_logprobs[position],
                     prompt_logprobs=batch.prompt_logprobs[position],
+                    cached_tokens=batch.cached_tokens[position],
                 )
             )
             if finish_reason is not None:

@@ -1,13 +1,11 @@
 """First come, first served: admit waiting requests in arrival order."""
 
 from tercet.hookspecs import hookimpl
+from tercet.scheduler.policy import SchedulingPolicy
 
 
-class FirstComeFirstServed:
-    def __init__(self, scheduler_config):
-        self.scheduler_config = scheduler_config
-
-    def order(self, waiting):
+class FirstComeFirstServed(SchedulingPolicy):
+    def order(self, waiting, view):
         return sorted(waiting, key=lambda req: req.arrival_index)
 
 

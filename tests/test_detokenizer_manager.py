@@ -100,6 +100,7 @@ def batch(rows: list[dict]) -> BatchTokenIDOutput:
         detokenize_params=[row.get("params") for row in rows],
         output_logprobs=[row.get("output_logprobs") for row in rows],
         prompt_logprobs=[row.get("prompt_logprobs") for row in rows],
+        cached_tokens=[row.get("cached_tokens", 0) for row in rows],
     )
 
 

@@ -24,19 +24,21 @@ from tercet.sampling_params import SamplingParams
 
 @dataclass(frozen=True)
 class TokenPairs:
-    """``(rows[k], token_ids[k])`` positions in ``[B, V]`` logits, with one value each."""
+    """``(rows[k], token_ids[k])`` positions in ``[B, V]`` logits, with one value each where the edit needs one."""
 
     rows: torch.Tensor  # [N] int64
     token_ids: torch.Tensor  # [N] int64
-    values: torch.Tensor  # [N] float32
+    values: torch.Tensor | None  # [N] float32
 
     @classmethod
-    def from_lists(cls, rows: list[int], token_ids: list[int], values: list[float], device) -> TokenPairs | None:
+    def from_lists(
+        cls, rows: list[int], token_ids: list[int], values: list[float] | None, device
+    ) -> TokenPairs | None:
         if not rows:
             return None
         # One host-to-device copy for both index columns.
         indices = torch.tensor([rows, token_ids], dtype=torch.int64).to(device, non_blocking=True)
-        values_t = torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+        values_t = None if values is None else torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
         return cls(indices[0], indices[1], values_t)
 
     def add_to(self, logits: torch.Tensor) -> None:
@@ -150,8 +152,7 @@ def _min_tokens_pairs(params, steps, stop_token_ids_for_min_tokens, device) -> T
         suppressed = _history("stop_token_ids_for_min_tokens", stop_token_ids_for_min_tokens)[row]
         rows += [row] * len(suppressed)
         token_ids += suppressed
-    # Suppression writes -inf whatever the value; the column only keeps one pair type.
-    return TokenPairs.from_lists(rows, token_ids, [0.0] * len(rows), device)
+    return TokenPairs.from_lists(rows, token_ids, None, device)
 
 
 def _history(name: str, per_request: list | None) -> list:

@@ -71,13 +71,15 @@ class SamplingBatch:
             prompt_ids, device = None, prompt_ids
         if not (len(params) == len(seeds) == len(steps)):
             raise ValueError("params, seeds and steps must have one entry per request")
-        wants_logprobs = any(p.return_logprob for p in params)
+        top_logprobs_nums = None
+        if any(p.return_logprob for p in params):
+            top_logprobs_nums = [p.top_logprobs_num if p.return_logprob else 0 for p in params]
         return cls(
             logit_edits=LogitEdits.from_requests(
                 params, steps, prompt_ids, output_ids, stop_token_ids_for_min_tokens, device
             ),
             draws=draws_for(params, seeds, steps, device),
-            top_logprobs_nums=[p.top_logprobs_num if p.return_logprob else 0 for p in params] if wants_logprobs else None,
+            top_logprobs_nums=top_logprobs_nums,
         )
 
 

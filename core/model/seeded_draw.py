@@ -52,15 +52,16 @@ class SeededDraw:
     @classmethod
     def from_rows(cls, rows: list[int], batch_size: int, params, seeds, steps, device) -> SeededDraw:
         chosen = [params[row] for row in rows]
+        # One host-to-device copy for the integer columns, one for the temperatures.
         ints = torch.tensor(
-            [[_as_int64(seeds[row]) for row in rows], [steps[row] for row in rows]], dtype=torch.int64
+            [rows, [_as_int64(seeds[row]) for row in rows], [steps[row] for row in rows]], dtype=torch.int64
         ).to(device, non_blocking=True)
-        is_whole_batch = len(rows) == batch_size
+        temperatures = torch.tensor([p.temperature for p in chosen], dtype=torch.float32)
         return cls(
-            rows=None if is_whole_batch else torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True),
-            temperatures=torch.tensor([p.temperature for p in chosen], dtype=torch.float32).to(device, non_blocking=True),
-            seeds=ints[0],
-            steps=ints[1],
+            rows=None if len(rows) == batch_size else ints[0],
+            temperatures=temperatures.to(device, non_blocking=True),
+            seeds=ints[1],
+            steps=ints[2],
             truncation=Truncation.from_params(chosen, device),
             num_candidates=_num_candidates(chosen),
         )

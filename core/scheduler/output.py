@@ -10,7 +10,7 @@ def take_unsent_output(reqs: list[Req]) -> BatchTokenIDOutput:
     """Everything each request produced since its previous output, marking it sent."""
     columns: dict[str, list] = {name: [] for name in (
         "rids", "new_token_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
-        "detokenize_params", "output_logprobs", "prompt_logprobs",
+        "detokenize_params", "output_logprobs", "prompt_logprobs", "cached_tokens",
     )}
     for req in reqs:
         params = req.sampling_params
@@ -28,6 +28,7 @@ def take_unsent_output(reqs: list[Req]) -> BatchTokenIDOutput:
             TokenLogprobs(new_token_ids, req.unsent_logprobs, req.unsent_top_logprobs) if params.return_logprob else None
         )
         columns["prompt_logprobs"].append(None if req.has_sent_output else req.prompt_logprobs)
+        columns["cached_tokens"].append(req.num_prefix_cache_hits or 0)
         req.num_sent_tokens = len(req.output_ids)
         req.has_sent_output = True
         req.unsent_logprobs, req.unsent_top_logprobs = [], []

@@ -14,6 +14,10 @@ class Req:
     input_ids: list[int]
     sampling_params: SamplingParams
     arrival_index: int
+    # Higher runs first under the "priority" policy.
+    priority: int = 0
+    # Who the request is for (fair-share scheduling); None when not given.
+    tenant: str | None = None
     # The seed of this completion (the n completions of a prompt each get their own).
     seed: int = 0
     output_ids: list[int] = field(default_factory=list)
@@ -21,11 +25,18 @@ class Req:
     # request, are admitted with it, and take its prompt's KV and last logits
     # instead of prefilling the prompt again.
     followers: list["Req"] = field(default_factory=list)
-    # KV memory, held from admission to finish.
+    # KV memory, held from admission to finish (or retraction).
     req_pool_index: int | None = None
     pages: list[int] = field(default_factory=list)
-    # Tokens whose K/V are already in the cache; the rest are fed next step.
+    # Of those pages, the ones the prefix cache owns (shared; never freed by the request).
+    tree_pages: set[int] = field(default_factory=set)
+    # The prefix-cache node this request holds locked, if any.
+    prefix_node: object | None = None
+    # Tokens whose K/V are already in the cache; the rest are fed in later steps.
     num_cached_tokens: int = 0
+    # Prompt tokens found in the prefix cache when the request was first admitted.
+    num_prefix_cache_hits: int | None = None
+    num_retractions: int = 0
     finish_reason: FinishReason | None = None
     # Output ids already sent to the detokenizer.
     num_sent_tokens: int = 0
@@ -65,3 +76,8 @@ class Req:
 
     def tokens_to_feed(self) -> list[int]:
         return self.all_token_ids[self.num_cached_tokens:]
+
+    @property
+    def is_prefilling(self) -> bool:
+        """More than the last sampled token is still to be fed (a prompt, or a resumed request)."""
+        return self.num_tokens - self.num_cached_tokens > 1 or not self.output_ids

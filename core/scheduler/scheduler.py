@@ -1,8 +1,12 @@
 """The scheduler: admits requests, runs one model step for the whole batch, emits tokens.
 
-Each step feeds, in ONE forward pass, the whole prompt of every newly admitted
-request together with the last sampled token of every running request
-(continuous batching): new requests join the running batch between steps.
+Each step feeds, in ONE forward pass, a chunk of every prefilling request's
+prompt (within ``[scheduler] chunked_prefill_size`` tokens a step) together
+with the last sampled token of every decoding request (continuous batching:
+new requests join the running batch between steps, and a long prompt never
+stalls the decoders for more than one chunk). KV pages are taken as tokens are
+fed; when decoding would run out, the newest requests are retracted to the
+waiting queue with their output so far, and resume later.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from tercet.dispatcher import TypeBasedDispatcher
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
+from tercet.scheduler.admission import Admission
 from tercet.scheduler.kv_memory import RequestKVMemory
+from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import take_unsent_output
+from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 from tercet.scheduler.stop_conditions import StopConditions
 
@@ -35,11 +42,12 @@ class Scheduler:
         config = context.config
         self.config = config
         self.model_runner = model_runner
-        self.kv_memory = RequestKVMemory(model_runner)
+        prefix_cache = RadixCache(model_runner.page_allocator, model_runner.page_size) if config.cache.prefix_cache else None
+        self.kv_memory = RequestKVMemory(model_runner, prefix_cache)
         self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
-        self.policy = context.registries.scheduling_policies.get(config.scheduler.policy)(config.scheduler)
-        self.max_running_requests = config.scheduler.max_running_requests
-        self.prefill_token_budget = config.scheduler.chunked_prefill_size
+        self.policy = context.registries.scheduling_policies.get(config.scheduler.policy)(config)
+        self.admission = Admission(self, config.scheduler)
+        self.model_step = ModelStep(self, config.scheduler.chunked_prefill_size)
 
         serializer = context.create_serializer()
         self.zmq_context = zmq.Context()
@@ -61,6 +69,11 @@ class Scheduler:
         self.arrival_counter = itertools.count()
         # Finished or refused requests whose last output has not been sent yet.
         self.finished_unsent: list[Req] = []
+        self.num_retractions = 0
+
+    @property
+    def prefix_cache(self) -> RadixCache | None:
+        return self.kv_memory.prefix_cache
 
     # -- the loop ---------------------------------------------------------
 
@@ -76,9 +89,9 @@ class Scheduler:
             self.dispatcher(message)
 
     def run_step(self) -> None:
-        admitted = self.admit_waiting_requests()
+        self.admission.admit_waiting_requests()
         if self.running:
-            self.run_batch(admitted)
+            self.model_step.run()
         self.send_outputs()
 
     # -- message handlers -------------------------------------------------
@@ -88,16 +101,17 @@ class Scheduler:
         arrival_index = next(self.arrival_counter)
         group = [
             Req(choice_rid(message.rid, index, params.n), list(message.input_ids), params, arrival_index,
-                seed=completion_seed(params.seed, index))
+                priority=message.priority, tenant=message.tenant, seed=completion_seed(params.seed, index))
             for index in range(params.n)
         ]
         leader, leader.followers = group[0], group[1:]
-        if not self.kv_memory.can_ever_fit(group):
-            needed = sum(req.max_num_tokens for req in group)
+        needed_pages = sum(self.kv_memory.pages_for(req.max_num_tokens) for req in group)
+        if needed_pages > self.kv_memory.page_allocator.num_total:
             reason = FinishReason(
                 "abort",
-                message=f"the request needs {needed} KV cache tokens (prompt + max_tokens, for each of n) "
-                f"but the whole cache holds {self.kv_memory.capacity_tokens} (cache.max_total_tokens)",
+                message=f"the request needs {sum(req.max_num_tokens for req in group)} KV cache tokens "
+                f"(prompt + max_tokens, for each of n) but the whole cache holds "
+                f"{self.kv_memory.capacity_tokens} (cache.max_total_tokens)",
                 status_code=400,
             )
             for req in group:
@@ -131,85 +145,22 @@ class Scheduler:
             del self.waiting[position]
         leader.followers = []
 
-    # -- admission and the model step ---------------------------------------
+    # -- request life -----------------------------------------------------
 
-    def admit_waiting_requests(self) -> list[Req]:
-        """Move waiting groups into the running batch while memory and the caps allow."""
-        budget = self.prefill_token_budget
-        admitted: list[Req] = []
-        for leader in self.policy.order(self.waiting):
-            group = leader.group
-            if len(self.running) + len(admitted) + len(group) > self.max_running_requests:
-                break
-            prompt_length = len(leader.input_ids)
-            if admitted and prompt_length > budget:
-                break
-            if not self.kv_memory.try_allocate_group(group):
-                break
-            admitted.extend(group)
-            budget -= prompt_length
-        for req in admitted:
-            if req in self.waiting:
-                self.waiting.remove(req)
-        self.running.extend(admitted)
-        return admitted
-
-    def run_batch(self, admitted: list[Req]) -> None:
-        from tercet.model.logprobs import prompt_logprobs
-        from tercet.model.sampler import SamplingBatch, sample
-
-        followers = {id(f): leader for leader in admitted for f in leader.followers}
-        fed = [req for req in self.running if id(req) not in followers]
-        forward_batch = self.model_runner.build_batch(
-            req_pool_indices=[req.req_pool_index for req in fed],
-            prefix_lens=[req.num_cached_tokens for req in fed],
-            new_token_ids=[req.tokens_to_feed() for req in fed],
+    def retract(self, req: Req) -> None:
+        """Send a running request (and any followers waiting on it) back to the waiting queue."""
+        for member in req.group:
+            self.kv_memory.release(member)
+            self.running.remove(member)
+        if req.prompt_logprobs is not None and len(req.prompt_logprobs.token_ids) < len(req.input_ids):
+            req.prompt_logprobs = None  # recomputed from the start when it resumes
+        req.num_retractions += 1
+        self.num_retractions += 1
+        self.waiting.append(req)
+        logger.info(
+            "retracted request %s (%d tokens) to free KV memory; %d retractions so far",
+            req.rid, req.num_tokens, self.num_retractions,
         )
-        wants_prompt_logprobs = [
-            index for index, req in enumerate(fed)
-            if req.sampling_params.return_prompt_logprob and req.num_cached_tokens == 0
-        ]
-        if wants_prompt_logprobs:
-            logits, prompt_logits = self.model_runner.forward_with_prompt_logits(forward_batch, wants_prompt_logprobs)
-            for index, full_logits in prompt_logits.items():
-                req = fed[index]
-                req.prompt_logprobs = prompt_logprobs(full_logits, req.input_ids, req.sampling_params.top_logprobs_num)
-        else:
-            logits = self.model_runner.forward(forward_batch)
-
-        # Followers sample their first token from their leader's logits row.
-        row_of = {id(req): row for row, req in enumerate(fed)}
-        sampled = fed + [req for req in self.running if id(req) in followers]
-        if len(sampled) > len(fed):
-            logits = logits[[row_of[id(followers.get(id(req), req))] for req in sampled]]
-            self.kv_memory.copy_prompt_kv([(followers[id(req)], req) for req in sampled[len(fed):]])
-        for req in sampled:
-            req.num_cached_tokens = req.num_tokens
-
-        sampling_batch = SamplingBatch.from_params(
-            [req.sampling_params for req in sampled],
-            seeds=[req.seed for req in sampled],
-            steps=[len(req.output_ids) for req in sampled],
-            prompt_ids=[req.input_ids for req in sampled],
-            output_ids=[req.output_ids for req in sampled],
-            stop_token_ids_for_min_tokens=[self.stop_conditions.expected_stop_token_ids(req) for req in sampled],
-            device=logits.device,
-        )
-        result = sample(logits, sampling_batch)
-        for row, (req, token_id) in enumerate(zip(sampled, result.token_ids)):
-            if req.needs_prefill_only:
-                self.finish(req, FinishReason("length"))
-                continue
-            req.output_ids.append(token_id)
-            if req.sampling_params.return_logprob:
-                req.unsent_logprobs.append(result.logprobs[row])
-                req.unsent_top_logprobs.append(result.top_logprobs[row])
-            reason = self.stop_conditions.check(req)
-            if reason is not None:
-                self.finish(req, reason)
-        self.running = [req for req in self.running if not req.is_finished]
-        for leader in admitted:
-            leader.followers = []
 
     def finish(self, req: Req, reason: FinishReason) -> None:
         req.finish_reason = reason

@@ -19,13 +19,15 @@ class StopConditions:
         params = req.sampling_params
         num_generated = len(req.output_ids)
         token_id = req.output_ids[-1]
+        # min_tokens holds back EOS and stop tokens only (they are suppressed while
+        # sampling); stop strings always apply, as the detokenizer trims at the first one.
         if num_generated >= params.min_new_tokens:
             if token_id in params.stop_token_ids or (not params.ignore_eos and token_id in self.eos_token_ids):
                 return FinishReason("stop", matched_token=token_id)
-            if params.stop:
-                matched = self.matched_stop_string(req)
-                if matched is not None:
-                    return FinishReason("stop", matched_text=matched)
+        if params.stop:
+            matched = self.matched_stop_string(req)
+            if matched is not None:
+                return FinishReason("stop", matched_text=matched)
         if num_generated >= params.max_new_tokens:
             return FinishReason("length")
         return None
@@ -35,8 +37,9 @@ class StopConditions:
         params = req.sampling_params
         window = max(len(stop) for stop in params.stop) + STOP_WINDOW_SLACK_TOKENS
         tail = self.tokenizer.decode(req.output_ids[-window:], skip_special_tokens=params.skip_special_tokens)
-        positions = [(tail.find(stop), stop) for stop in params.stop if stop in tail]
-        return min(positions)[1] if positions else None
+        # Earliest start wins, then the shorter string: the detokenizer's rule.
+        positions = [(tail.find(stop), len(stop), stop) for stop in params.stop if stop in tail]
+        return min(positions)[2] if positions else None
 
     def expected_stop_token_ids(self, req: Req) -> set[int]:
         """Tokens to suppress while the request is still short of min_tokens."""

@@ -70,7 +70,10 @@ def test_top_logprobs_are_the_best_raw_tokens_sorted_with_each_requests_length()
 
 
 def test_requests_that_did_not_ask_get_empty_alternatives():
-    params = [SamplingParams(temperature=0, return_logprob=True, top_logprobs_num=2), SamplingParams(top_logprobs_num=4)]
+    params = [
+        SamplingParams(temperature=0, return_logprob=True, top_logprobs_num=2),
+        SamplingParams(top_logprobs_num=4),
+    ]
     output = _sample(_logits(2), params)
     assert len(output.top_logprobs[0]) == 2 and output.top_logprobs[1] == []
     assert len(output.logprobs) == 2

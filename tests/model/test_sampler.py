@@ -188,7 +188,7 @@ def test_every_stage_is_reproducible_whatever_the_batch():
     logits = _logits(8, seed=3)
 
     def history(step):
-        return dict(prompt_ids=[prompt], output_ids=[output[:step]], stop_ids=[{0, 1}])
+        return {"prompt_ids": [prompt], "output_ids": [output[:step]], "stop_ids": [{0, 1}]}
 
     alone = [_tokens(logits[i : i + 1], _batch([target], [77], [i], **history(i))).item() for i in range(8)]
     others = [SamplingParams(temperature=0, logit_bias={2: 5.0}), SamplingParams(temperature=1.2, top_k=3)]

@@ -11,9 +11,11 @@ from tercet.messages import (
     AbortReq,
     BatchStrOutput,
     BatchTokenIDOutput,
+    DetokenizeParams,
     FinishReason,
     MessageRegistry,
     TokenizedGenerateReq,
+    TokenLogprobs,
     UnknownMessageError,
 )
 from tercet.plugins.msgpack_serializer import MESSAGE_EXT_CODE, MsgpackSerializer
@@ -25,8 +27,17 @@ REGISTRY = MessageRegistry(CORE_MESSAGE_TYPES)
 MESSAGES = [
     TokenizedGenerateReq("r1", [1, 2, 3], SamplingParams(max_new_tokens=5, temperature=0.0, seed=7, stop_token_ids=[2]), True),
     AbortReq("r1"),
-    BatchTokenIDOutput(["a", "b"], [[1], [2, 3]], [None, FinishReason("stop", matched_token=2)], [3, 4], [1, 2], [True, False]),
-    BatchStrOutput(["a"], ["héllo 你好 🙂"], [[9]], [FinishReason("abort", message="gone", status_code=400)], [1], [1]),
+    BatchTokenIDOutput(
+        ["a", "b"], [[1], [2, 3]], [None, FinishReason("stop", matched_token=2)], [3, 4], [1, 2],
+        [DetokenizeParams(True, ["\n\n", "END"], False), None],
+        [TokenLogprobs([1], [-0.5], [[[1, -0.5], [7, -1.25]]]), None],
+        [TokenLogprobs([5, 6, 7], [None, -2.0, -3.5], [[], [], []]), None],
+        [0, 16],
+    ),
+    BatchStrOutput(
+        ["a"], ["héllo 你好 🙂"], [[9]], [FinishReason("stop", matched_text="END")], [1], [1], [None], [None], [0]
+    ),
+    TokenizedGenerateReq("r2", [1], SamplingParams(logit_bias={5: -100.0, 7: 2.5}, stop=["x"], n=2), priority=3, tenant="acme"),
 ]
 
 

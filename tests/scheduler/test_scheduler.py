@@ -2,70 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-import zmq
-
-from tercet.channels import MessageReceiver, MessageSender
-from tercet.config import load_config, parse_set_options
 from tercet.messages import AbortReq, TokenizedGenerateReq
-from tercet.model.model_runner import ModelRunner
-from tercet.port_args import PortArgs
-from tercet.process_context import ProcessContext
 from tercet.sampling_params import SamplingParams
-from tercet.scheduler.scheduler import Scheduler
-from tercet.tokenizer import load_tokenizer
-
-
-@pytest.fixture
-def harness(tiny_llama_dir):
-    config = load_config(environ={}, overrides=parse_set_options(
-        ["cache.max_total_tokens=256", "cache.page_size=8", "scheduler.max_running_requests=4"]
-    ))
-    context = ProcessContext.create(config)
-    port_args = PortArgs.create(context.create_transport())
-    model_runner = ModelRunner(
-        tiny_llama_dir, "float32", "cpu", context.registries.attention_backends.get("torch_native"),
-        max_total_tokens=256, page_size=8, max_running_requests=4,
-    )
-    outputs = MessageReceiver(zmq.Context.instance(), port_args.detokenizer_input, context.create_serializer())
-    scheduler = Scheduler(context, port_args, model_runner, load_tokenizer(tiny_llama_dir))
-    to_scheduler = MessageSender(zmq.Context.instance(), port_args.scheduler_input, context.create_serializer())
-    yield Harness(scheduler, to_scheduler, outputs)
-    to_scheduler.close()
-    outputs.close()
-    scheduler.close()
-    port_args.remove_runtime_dir()
-
-
-class Harness:
-    def __init__(self, scheduler, to_scheduler, outputs):
-        self.scheduler = scheduler
-        self.to_scheduler = to_scheduler
-        self.outputs = outputs
-        self.forward_calls = []
-        self.num_sent = self.num_received = 0
-        forward = scheduler.model_runner.forward
-
-        def counting_forward(batch):
-            self.forward_calls.append(batch)
-            return forward(batch)
-
-        scheduler.model_runner.forward = counting_forward
-
-    def send(self, message):
-        self.to_scheduler.send(message)
-        self.num_sent += 1
-
-    def step(self):
-        # Everything sent so far reaches the scheduler before the step, as in
-        # its own loop when the messages are already queued.
-        while self.num_received < self.num_sent:
-            assert self.scheduler.receiver.poll(5000)
-            for message in self.scheduler.receiver.receive_pending():
-                self.scheduler.dispatcher(message)
-                self.num_received += 1
-        self.scheduler.run_step()
-        return [m for m in self.outputs.receive_pending()] if self.outputs.poll(1000) else []
 
 
 def greedy(max_new_tokens, **extra):
@@ -108,19 +46,21 @@ def test_a_request_that_can_never_fit_is_refused(harness):
     assert "cache.max_total_tokens" in reason.message
 
 
-def test_requests_wait_for_memory_then_run(harness):
-    # Each may hold 119 tokens, 15 of the 32 pages: two fit, the third waits for memory.
-    for rid in "abc":
-        harness.send(TokenizedGenerateReq(rid, list(range(1, 21)), greedy(100)))
-    harness.step()
-    assert len(harness.scheduler.running) == 2 and len(harness.scheduler.waiting) == 1
-    finished = set()
-    for _ in range(220):
-        for output in harness.step():
-            finished |= {rid for rid, reason in zip(output.rids, output.finished_reasons) if reason}
-        if finished == set("abc"):
-            break
-    assert finished == set("abc")
+def test_decode_out_of_memory_retracts_and_resumes_with_the_same_output(make_harness):
+    prompts = {rid: list(range(1 + 10 * i, 21 + 10 * i)) for i, rid in enumerate("abc")}
+    alone = {}
+    for rid, prompt in prompts.items():
+        roomy = make_harness(max_total_tokens=512)
+        roomy.send(TokenizedGenerateReq(rid, prompt, greedy(60)))
+        alone[rid] = roomy.run_until_finished()[rid]
+    # 3 x (20 + 60) tokens cannot all be held by 128 slots at once.
+    tight = make_harness(max_total_tokens=128, settings=["cache.prefix_cache=false"])
+    for rid, prompt in prompts.items():
+        tight.send(TokenizedGenerateReq(rid, prompt, greedy(60)))
+    together = tight.run_until_finished()
+    assert tight.scheduler.num_retractions > 0
+    assert together == alone
+    assert tight.scheduler.kv_memory.page_allocator.num_free == tight.scheduler.kv_memory.page_allocator.num_total
 
 
 def test_stop_token_and_zero_max_tokens(harness):
@@ -188,7 +128,9 @@ def test_stop_string_finishes_with_the_matched_text(harness):
     assert reasons["stopped"].kind == "stop" and reasons["stopped"].matched_text == stop
 
 
-def test_abort_of_one_waiting_completion_keeps_the_others(harness):
+def test_abort_of_one_waiting_completion_keeps_the_others(make_harness):
+    # Two running requests leave room for one more, not for a group of two.
+    harness = make_harness(max_running_requests=3)
     harness.send(TokenizedGenerateReq("full", list(range(1, 21)), greedy(100)))
     harness.send(TokenizedGenerateReq("full2", list(range(1, 21)), greedy(100)))
     harness.send(TokenizedGenerateReq("group", [7, 8, 9], greedy(30, n=2)))
@@ -196,6 +138,16 @@ def test_abort_of_one_waiting_completion_keeps_the_others(harness):
     (leader,) = [req for req in harness.scheduler.waiting if req.rid.startswith("group")]
     assert [req.rid for req in leader.group] == ["group#0", "group#1"]
     harness.send(AbortReq("group#0"))
-    harness.step()
-    (successor,) = [req for req in harness.scheduler.waiting if req.rid.startswith("group")]
-    assert successor.rid == "group#1" and successor.followers == []
+    tokens = {}
+    reasons = {}
+    for _ in range(300):
+        for output in harness.step():
+            for rid, new_ids, reason in zip(output.rids, output.new_token_ids, output.finished_reasons):
+                tokens.setdefault(rid, []).extend(new_ids)
+                if reason:
+                    reasons[rid] = reason
+        if not (harness.scheduler.running or harness.scheduler.waiting):
+            break
+    assert reasons["group#0"].kind == "abort" and tokens["group#0"] == []
+    # The other completion led on alone and finished.
+    assert reasons["group#1"].kind == "length" and len(tokens["group#1"]) == 30

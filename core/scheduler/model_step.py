@@ -1,0 +1,144 @@
+"""One model step: pick what each running request feeds, run the forward, sample, finish."""
+
+from __future__ import annotations
+
+from tercet.messages import FinishReason, TokenLogprobs
+from tercet.scheduler.req import Req
+
+
+class ModelStep:
+    def __init__(self, scheduler, chunked_prefill_size: int):
+        self.scheduler = scheduler
+        self.chunked_prefill_size = chunked_prefill_size
+
+    def run(self) -> None:
+        self.make_room_for_decoding()
+        fed, feeds = self.plan_feeds()
+        if fed:
+            self.forward_and_sample(fed, feeds)
+
+    def make_room_for_decoding(self) -> None:
+        """Retract the newest requests until every decoding request can get its next page."""
+        scheduler = self.scheduler
+        memory = scheduler.kv_memory
+        while len(scheduler.running) > 1:
+            needed = sum(
+                1 for req in scheduler.running
+                if not req.is_prefilling and memory.pages_for(req.num_tokens) > len(req.pages)
+            )
+            if needed <= memory.num_available_pages:
+                return
+            leaders = [req for req in scheduler.running if not self.is_waiting_follower(req)]
+            scheduler.retract(max(leaders, key=lambda req: req.arrival_index))
+
+    def is_waiting_follower(self, req: Req) -> bool:
+        return any(req in leader.followers for leader in self.scheduler.running if leader.followers)
+
+    def plan_feeds(self) -> tuple[list[Req], list[list[int]]]:
+        """Decoders feed their last token; prefilling requests share the step's chunk budget."""
+        memory = self.scheduler.kv_memory
+        budget = self.chunked_prefill_size
+        waiting_followers = {id(f) for leader in self.scheduler.running for f in leader.followers}
+        fed: list[Req] = []
+        feeds: list[list[int]] = []
+        ordered = sorted(self.scheduler.running, key=lambda req: req.is_prefilling)
+        for req in ordered:
+            if id(req) in waiting_followers:
+                continue
+            feed = req.tokens_to_feed()
+            if req.is_prefilling:
+                if budget <= 0:
+                    continue
+                feed = feed[:budget]
+            if not memory.ensure_pages(req, req.num_cached_tokens + len(feed)):
+                continue  # a prefill chunk that does not fit now waits for a later step
+            if req.is_prefilling:
+                budget -= len(feed)
+            fed.append(req)
+            feeds.append(feed)
+        return fed, feeds
+
+    def forward_and_sample(self, fed: list[Req], feeds: list[list[int]]) -> None:
+        from tercet.model.sampler import SamplingBatch, sample
+
+        scheduler = self.scheduler
+        runner = scheduler.model_runner
+        forward_batch = runner.build_batch(
+            req_pool_indices=[req.req_pool_index for req in fed],
+            prefix_lens=[req.num_cached_tokens for req in fed],
+            new_token_ids=feeds,
+        )
+        logits = self.forward(forward_batch, fed)
+        was_prefilling_prompt = [req.num_cached_tokens < len(req.input_ids) for req in fed]
+        for req, feed in zip(fed, feeds):
+            req.num_cached_tokens += len(feed)
+        for req, was_prefilling in zip(fed, was_prefilling_prompt):
+            if was_prefilling and req.num_cached_tokens >= len(req.input_ids):
+                # The whole prompt is computed: share it with requests arriving meanwhile.
+                scheduler.kv_memory.cache_computed_prefix(req)
+
+        # Rows to sample: requests that fed their last token, then followers of a
+        # leader whose prompt just completed, on their leader's row.
+        rows = [row for row, req in enumerate(fed) if req.num_cached_tokens == req.num_tokens]
+        sampled = [fed[row] for row in rows]
+        followers = []
+        for row, leader in enumerate(fed):
+            if leader.followers and leader.num_cached_tokens >= len(leader.input_ids):
+                for follower in leader.followers:
+                    follower.num_cached_tokens = len(follower.input_ids)
+                    followers.append((leader, follower))
+                    rows.append(row)
+                    sampled.append(follower)
+                leader.followers = []
+        if followers:
+            scheduler.kv_memory.copy_prompt_kv(followers)
+        if not sampled:
+            return
+        stop_conditions = scheduler.stop_conditions
+        sampling_batch = SamplingBatch.from_params(
+            [req.sampling_params for req in sampled],
+            seeds=[req.seed for req in sampled],
+            steps=[len(req.output_ids) for req in sampled],
+            prompt_ids=[req.input_ids for req in sampled],
+            output_ids=[req.output_ids for req in sampled],
+            stop_token_ids_for_min_tokens=[stop_conditions.expected_stop_token_ids(req) for req in sampled],
+            device=logits.device,
+        )
+        if rows != list(range(len(fed))):
+            logits = logits[rows]
+        result = sample(logits, sampling_batch)
+        for position, (req, token_id) in enumerate(zip(sampled, result.token_ids)):
+            if req.needs_prefill_only:
+                scheduler.finish(req, FinishReason("length"))
+                continue
+            req.output_ids.append(token_id)
+            if req.sampling_params.return_logprob:
+                req.unsent_logprobs.append(result.logprobs[position])
+                req.unsent_top_logprobs.append(result.top_logprobs[position])
+            reason = stop_conditions.check(req)
+            if reason is not None:
+                scheduler.finish(req, reason)
+        scheduler.running = [req for req in scheduler.running if not req.is_finished]
+
+    def forward(self, forward_batch, fed: list[Req]):
+        """Logits of each sequence's last token, plus prompt log-probabilities where asked."""
+        from tercet.model.logprobs import prompt_logprobs_of_chunk
+
+        runner = self.scheduler.model_runner
+        wanting = [index for index, req in enumerate(fed) if self.computes_prompt_logprobs(req)]
+        if not wanting:
+            return runner.forward(forward_batch)
+        logits, chunk_logits = runner.forward_with_prompt_logits(forward_batch, wanting)
+        for index, rows in chunk_logits.items():
+            req = fed[index]
+            part = prompt_logprobs_of_chunk(rows, req.input_ids, req.num_cached_tokens, req.sampling_params.top_logprobs_num)
+            req.prompt_logprobs = TokenLogprobs.concat([req.prompt_logprobs, part])
+        return logits
+
+    @staticmethod
+    def computes_prompt_logprobs(req: Req) -> bool:
+        if not req.sampling_params.return_prompt_logprob or req.num_cached_tokens >= len(req.input_ids):
+            return False
+        # Chunks covering positions [0, e) give e + 1 entries: position 0's None and 1..e.
+        done = len(req.prompt_logprobs.token_ids) if req.prompt_logprobs is not None else 0
+        return done == (0 if req.num_cached_tokens == 0 else req.num_cached_tokens + 1)

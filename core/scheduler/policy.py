@@ -1,0 +1,51 @@
+"""The scheduling-policy interface: small enough to implement in one file.
+
+A policy decides the order in which waiting requests are tried for admission
+(the scheduler admits in that order while KV memory and the batch cap allow,
+and stops at the first that does not fit), and may name a running request to
+preempt for a waiting one. Policies are registered through
+``register_scheduling_policies`` and chosen by ``[scheduler] policy``; the
+factory receives the whole resolved config, so a plugin reads its own options
+from ``config.plugins[<its name>]``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+from tercet.scheduler.req import Req
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """What a policy may look at besides the waiting queue (read only)."""
+
+    running: Sequence[Req]
+    # The radix prefix cache (tercet.scheduler.radix_cache.RadixCache), or None when
+    # [cache] prefix_cache is off.
+    prefix_cache: object | None
+
+    def cached_prefix_length(self, req: Req) -> int:
+        """How many leading tokens of the request's prompt are in the prefix cache now."""
+        if self.prefix_cache is None:
+            return 0
+        return self.prefix_cache.match_prefix(req.all_token_ids).num_tokens
+
+
+class SchedulingPolicy(ABC):
+    def __init__(self, config):
+        self.config = config
+
+    @abstractmethod
+    def order(self, waiting: Sequence[Req], view: SchedulerView) -> list[Req]:
+        """The waiting requests (all of them, each once) in the order to try admitting them."""
+
+    def choose_preemption_victim(self, candidate: Req, running: Sequence[Req]) -> Req | None:
+        """A running request to send back to the waiting queue so ``candidate`` can run, or None.
+
+        Called when ``candidate`` (the first request in ``order``) does not fit.
+        The victim keeps its output so far and resumes later. Default: never preempt.
+        """
+        return None

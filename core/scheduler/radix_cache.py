@@ -1,0 +1,178 @@
+"""A radix tree over token ids whose edges own KV pages, shared between requests.
+
+Keys are whole pages of tokens, so a cached prefix is always a whole number of
+pages and its KV pages can be put straight into another request's row of the
+req-to-token table. A node in use by a running request is locked (its lock
+count covers the path from it to the root); unlocked leaves are evicted
+least-recently-used first when the page pool runs short.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class RadixNode:
+    parent: "RadixNode | None"
+    token_ids: tuple[int, ...]
+    pages: list[int]
+    children: dict[tuple[int, ...], "RadixNode"] = field(default_factory=dict)
+    lock_count: int = 0
+    last_access: float = field(default_factory=time.monotonic)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    num_tokens: int  # length of the cached prefix, a multiple of page_size
+    pages: list[int]
+    node: RadixNode  # the deepest node whose tokens are all matched (the root when none)
+
+
+class RadixCache:
+    def __init__(self, page_allocator, page_size: int):
+        self.page_allocator = page_allocator
+        self.page_size = page_size
+        self.root = RadixNode(None, (), [], lock_count=1)
+        # Pages held by nodes no running request uses: free memory on demand.
+        self.num_evictable_pages = 0
+        self.num_cached_pages = 0
+
+    def _first_page(self, token_ids, start: int) -> tuple[int, ...]:
+        return tuple(token_ids[start:start + self.page_size])
+
+    # -- lookup ---------------------------------------------------------------
+
+    def match_prefix(self, token_ids: list[int]) -> PrefixMatch:
+        """The longest cached whole-page prefix of ``token_ids`` (no structural change)."""
+        node, matched, pages = self.root, 0, []
+        while True:
+            child = node.children.get(self._first_page(token_ids, matched))
+            if child is None:
+                break
+            num_pages = self._count_matching_pages(child, token_ids, matched)
+            child.last_access = time.monotonic()
+            pages.extend(child.pages[:num_pages])
+            matched += num_pages * self.page_size
+            if num_pages < len(child.pages):
+                break
+            node = child
+        return PrefixMatch(matched, pages, node)
+
+    def _count_matching_pages(self, node: RadixNode, token_ids, start: int) -> int:
+        size = self.page_size
+        count = 0
+        for index in range(len(node.pages)):
+            begin = start + index * size
+            if begin + size > len(token_ids) or node.token_ids[index * size:(index + 1) * size] != tuple(token_ids[begin:begin + size]):
+                break
+            count += 1
+        return count
+
+    def match_and_lock(self, token_ids: list[int]) -> PrefixMatch:
+        """Like match_prefix, splitting a partly matched node so the match ends on
+        a node, which is locked for the caller (release with ``unlock``)."""
+        match = self.match_prefix(token_ids)
+        node = match.node
+        remaining = match.num_tokens - self._depth(node)
+        if remaining:
+            child = node.children[self._first_page(token_ids, self._depth(node))]
+            node = self._split(child, remaining // self.page_size)
+        self.lock(node)
+        return PrefixMatch(match.num_tokens, match.pages, node)
+
+    def _depth(self, node: RadixNode) -> int:
+        depth = 0
+        while node is not None:
+            depth += node.num_tokens
+            node = node.parent
+        return depth
+
+    def _split(self, node: RadixNode, num_pages: int) -> RadixNode:
+        """Cut ``node`` after its first ``num_pages`` pages; return the new upper part."""
+        cut = num_pages * self.page_size
+        upper = RadixNode(node.parent, node.token_ids[:cut], node.pages[:num_pages],
+                          lock_count=node.lock_count, last_access=node.last_access)
+        node.parent.children[node.token_ids[: self.page_size]] = upper
+        node.token_ids, node.pages, node.parent = node.token_ids[cut:], node.pages[num_pages:], upper
+        upper.children[node.token_ids[: self.page_size]] = node
+        return upper
+
+    # -- locking --------------------------------------------------------------
+
+    def lock(self, node: RadixNode) -> None:
+        while node is not None:
+            if node.lock_count == 0:
+                self.num_evictable_pages -= len(node.pages)
+            node.lock_count += 1
+            node = node.parent
+
+    def unlock(self, node: RadixNode) -> None:
+        while node is not None:
+            node.lock_count -= 1
+            if node.lock_count == 0:
+                self.num_evictable_pages += len(node.pages)
+            node = node.parent
+
+    # -- insertion and eviction -------------------------------------------------
+
+    def insert(self, token_ids: list[int], pages: list[int]) -> tuple[RadixNode, set[int]]:
+        """Cache ``token_ids`` (whole pages) with the KV in ``pages``.
+
+        Returns the node ending at the last token and the pages the tree took
+        over; where the tree already held those tokens, it keeps its own pages
+        and the caller still owns (and must eventually free) the duplicates.
+        """
+        assert len(token_ids) == len(pages) * self.page_size
+        match = self.match_and_lock(token_ids)
+        node = match.node
+        self.unlock(node)
+        adopted: set[int] = set()
+        if match.num_tokens < len(token_ids):
+            new_pages = pages[match.num_tokens // self.page_size:]
+            child = RadixNode(node, tuple(token_ids[match.num_tokens:]), list(new_pages))
+            node.children[child.token_ids[: self.page_size]] = child
+            self.num_evictable_pages += len(new_pages)
+            self.num_cached_pages += len(new_pages)
+            adopted = set(new_pages)
+            node = child
+        return node, adopted
+
+    def evict(self, num_pages: int) -> int:
+        """Free at least ``num_pages`` pages of unlocked leaves, oldest first; return how many were freed."""
+        order = itertools.count()
+        leaves = [(leaf.last_access, next(order), leaf) for leaf in self._unlocked_leaves()]
+        heapq.heapify(leaves)
+        freed = 0
+        while freed < num_pages and leaves:
+            _, _, leaf = heapq.heappop(leaves)
+            self.page_allocator.free(leaf.pages)
+            freed += len(leaf.pages)
+            self.num_evictable_pages -= len(leaf.pages)
+            self.num_cached_pages -= len(leaf.pages)
+            parent = leaf.parent
+            del parent.children[leaf.token_ids[: self.page_size]]
+            if parent is not self.root and not parent.children and parent.lock_count == 0:
+                heapq.heappush(leaves, (parent.last_access, next(order), parent))
+        return freed
+
+    def _unlocked_leaves(self) -> list[RadixNode]:
+        leaves, stack = [], [self.root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif node is not self.root and node.lock_count == 0:
+                leaves.append(node)
+        return leaves
+
+    def clear(self) -> None:
+        """Drop every unlocked node (flush)."""
+        self.evict(self.num_cached_pages)

@@ -1,0 +1,130 @@
+"""The fair-share policy arrives only by installing its distribution, as a third party's would."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tercet.config import TercetConfig
+from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.sampling_params import SamplingParams
+from tercet.scheduler.policy import SchedulerView
+from tercet.scheduler.req import Req
+
+DISTRIBUTION = "tercet-fair-share"
+SOURCE = Path(__file__).resolve().parents[2] / "contrib" / DISTRIBUTION
+NO_VIEW = SchedulerView(running=[], prefix_cache=None)
+
+
+def pip(*arguments):
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *arguments],
+                   check=True, timeout=300)
+
+
+def is_installed() -> bool:
+    try:
+        metadata.distribution(DISTRIBUTION)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def installed_policy_names() -> list[str]:
+    return PluginRegistries.from_plugin_manager(create_plugin_manager()).scheduling_policies.names()
+
+
+@dataclass(frozen=True)
+class Installation:
+    policy_names_before: list[str]
+
+
+@pytest.fixture(scope="session")
+def fair_share_installed(tmp_path_factory):
+    # A run that was interrupted may have left it installed; the "before" check needs it gone.
+    if is_installed():
+        pip("uninstall", "-y", DISTRIBUTION)
+    importlib.invalidate_caches()
+    before = installed_policy_names()
+
+    # Built from a copy, so the build leaves no build/ or egg-info in the source tree.
+    source = tmp_path_factory.mktemp("contrib") / DISTRIBUTION
+    shutil.copytree(SOURCE, source)
+    pip("install", "--no-deps", "--no-build-isolation", "--no-index", str(source))
+    importlib.invalidate_caches()
+    yield Installation(before)
+
+    pip("uninstall", "-y", DISTRIBUTION)
+    importlib.invalidate_caches()
+    sys.modules.pop("tercet_fair_share", None)
+
+
+def make_fair_share(config=None):
+    return PluginRegistries.from_plugin_manager(create_plugin_manager()).scheduling_policies.get("fair-share")(
+        config or TercetConfig()
+    )
+
+
+def make_req(rid, arrival_index, tenant, num_prompt_tokens=4, max_new_tokens=4):
+    return Req(rid, [1] * num_prompt_tokens, SamplingParams(max_new_tokens=max_new_tokens), arrival_index, tenant=tenant)
+
+
+def rids(reqs):
+    return [req.rid for req in reqs]
+
+
+def test_it_is_found_only_through_its_entry_point_once_installed(fair_share_installed):
+    assert "fair-share" not in fair_share_installed.policy_names_before
+    plugin_manager = create_plugin_manager()
+    registry = PluginRegistries.from_plugin_manager(plugin_manager).scheduling_policies
+    assert "fair-share" in registry.names()
+    assert registry.entries["fair-share"].plugin_name == "fair_share"
+    assert "fair-share" not in PluginRegistries.from_plugin_manager(
+        create_plugin_manager(load_entry_points=False)
+    ).scheduling_policies.names()
+
+
+def test_tercet_plugins_shows_its_distribution(fair_share_installed):
+    listing = subprocess.run([sys.executable, "-m", "tercet", "plugins", "--json"],
+                             check=True, capture_output=True, text=True, timeout=120)
+    (described,) = [plugin for plugin in json.loads(listing.stdout) if plugin["name"] == "fair_share"]
+    assert described["distribution"] == DISTRIBUTION
+    assert described["module"] == "tercet_fair_share"
+    assert {"kind": "scheduling policy", "name": "fair-share"} in described["registers"]
+
+
+def test_a_later_tenant_is_not_stuck_behind_an_earlier_ones_burst(fair_share_installed):
+    waiting = [make_req("a1", 0, "A"), make_req("a2", 1, "A"), make_req("a3", 2, "A"), make_req("b1", 3, "B")]
+    fcfs = PluginRegistries.from_plugin_manager(create_plugin_manager()).scheduling_policies.get("fcfs")(TercetConfig())
+    assert rids(fcfs.order(waiting, NO_VIEW)) == ["a1", "a2", "a3", "b1"]
+    assert rids(make_fair_share().order(waiting, NO_VIEW)) == ["a1", "b1", "a2", "a3"]
+
+
+def test_the_tenant_with_the_fewest_tokens_running_goes_first(fair_share_installed):
+    running = [make_req("a-running", 0, "A", num_prompt_tokens=100)]
+    waiting = [make_req("a1", 1, "A"), make_req("b1", 2, "B"), make_req("b2", 3, "B")]
+    view = SchedulerView(running=running, prefix_cache=None)
+    assert rids(make_fair_share().order(waiting, view)) == ["b1", "b2", "a1"]
+
+
+def test_requests_without_a_tenant_share_the_default_tenant(fair_share_installed):
+    waiting = [make_req("n1", 0, None), make_req("n2", 1, None), make_req("d1", 2, "default"), make_req("c1", 3, "C")]
+    assert rids(make_fair_share().order(waiting, NO_VIEW)) == ["n1", "c1", "n2", "d1"]
+
+
+def test_weights_give_a_tenant_a_bigger_share(fair_share_installed):
+    config = TercetConfig(plugins={"fair_share": {"weights": {"A": 2}}})
+    waiting = [make_req(f"a{index}", index, "A") for index in range(4)] + [make_req(f"b{index}", 4 + index, "B") for index in range(2)]
+    assert rids(make_fair_share(config).order(waiting, NO_VIEW)) == ["a0", "b0", "a1", "a2", "b1", "a3"]
+
+
+def test_a_weight_that_is_not_positive_is_named(fair_share_installed):
+    with pytest.raises(ValueError, match=r"weights.A must be a positive number"):
+        make_fair_share(TercetConfig(plugins={"fair_share": {"weights": {"A": 0}}}))
