@@ -115,6 +115,7 @@ UNSUPPORTED_CHAT_FIELDS = {
     "function_call": "function calling is not supported",
     "tool_choice": "tool calling is not supported",
     "response_format": "only plain text responses are supported (no JSON mode or schema)",
+    "echo": "echo is only supported on /v1/completions",
 }
 
 

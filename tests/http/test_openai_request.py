@@ -266,6 +266,7 @@ def test_chat_logprobs(body, expected):
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"echo": True}, "echo"),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"n": 0}, "n"),
     ],
