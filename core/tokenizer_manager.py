@@ -146,7 +146,9 @@ class TokenizerManager:
         event = asyncio.Event()
         states = {choice: ReqState(index, event) for index, choice in enumerate(rids)}
         self.rid_to_state.update(states)
-        self.sender_to_scheduler.send(TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream))
+        self.sender_to_scheduler.send(
+            TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream, request.priority, request.tenant)
+        )
         try:
             async for output in self._wait_for_outputs(states, event, request.stream):
                 if output.prompt_logprobs is not None:

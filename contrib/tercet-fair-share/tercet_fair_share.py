@@ -1,12 +1,15 @@
-"""Fair share between tenants: the tenant with the fewest tokens in flight goes next.
+"""Fair share between tenants: the tenant that has been served least goes next.
 
-A tenant's tokens in flight are the prompt plus the most new tokens of each of
-its running requests, divided by its weight (``[plugins.fair_share] weights =
-{tenant = weight}``, 1 for tenants not listed). The waiting queue is dealt one
-request at a time to the tenant that is lowest, counting the requests already
-dealt as if admitted, so with equal requests and weights the order is plain
-round-robin, and a tenant with a lot running waits until the others catch up.
-Within a tenant, arrival order. Requests without a tenant share tenant "default".
+Each tenant has a service account: the tokens (prompt plus the most new tokens)
+of every request of theirs that was admitted, divided by the tenant's weight
+(``[plugins.fair_share] weights = {tenant = weight}``, 1 for tenants not
+listed). The waiting queue is dealt one request at a time to the tenant with
+the smallest account, counting requests already dealt as if admitted, so with
+equal requests and weights the order is round-robin, and a tenant that sent a
+burst waits while the others catch up. A tenant that was idle joins level with
+the least-served busy tenant (less what that tenant still has running), so it
+cannot claim service for the time it sent nothing. Within a tenant, arrival order. Requests without a tenant share
+tenant "default".
 """
 
 from __future__ import annotations
@@ -44,22 +47,21 @@ class FairShare(SchedulingPolicy):
     def __init__(self, config):
         super().__init__(config)
         self.weights = read_weights(config.plugins.get(CONFIG_TABLE, {}))
+        self.accounts: dict[str, float] = {}
+        self.previously_waiting: dict[int, object] = {}
+        self.previously_active: set[str] = set()
 
     def weight_of(self, tenant: str) -> float:
         return self.weights.get(tenant, 1.0)
 
     def order(self, waiting, view: SchedulerView):
+        self._charge_admitted(waiting)
         queues: dict[str, list] = {}
         for req in sorted(waiting, key=lambda req: req.arrival_index, reverse=True):
             queues.setdefault(tenant_of(req), []).append(req)  # the earliest ends up last, popped first
+        self._bring_idle_tenants_up(set(queues) | {tenant_of(req) for req in view.running}, view.running)
 
-        share_used = {tenant: 0.0 for tenant in queues}
-        for req in view.running:
-            if tenant_of(req) in share_used:
-                share_used[tenant_of(req)] += num_tokens_in_flight(req) / self.weight_of(tenant_of(req))
-
-        # Ties go to the tenant whose next request arrived first.
-        heap = [(share_used[tenant], queue[-1].arrival_index, tenant) for tenant, queue in queues.items()]
+        heap = [(self.accounts[tenant], queue[-1].arrival_index, tenant) for tenant, queue in queues.items()]
         heapq.heapify(heap)
         ordered = []
         while heap:
@@ -70,6 +72,34 @@ class FairShare(SchedulingPolicy):
                 used += num_tokens_in_flight(req) / self.weight_of(tenant)
                 heapq.heappush(heap, (used, queues[tenant][-1].arrival_index, tenant))
         return ordered
+
+    def _charge_admitted(self, waiting) -> None:
+        """Requests that left the queue since the last call were admitted: charge their tenants.
+
+        Every admission goes through ``order``, so comparing queues between calls
+        sees each one (an abort of a waiting request is charged too; it is rare)."""
+        waiting_now = {id(req): req for req in waiting}
+        for key, req in self.previously_waiting.items():
+            if key not in waiting_now:
+                tenant = tenant_of(req)
+                self.accounts[tenant] = self.accounts.get(tenant, 0.0) + num_tokens_in_flight(req) / self.weight_of(tenant)
+        self.previously_waiting = waiting_now
+
+    def _bring_idle_tenants_up(self, active: set[str], running) -> None:
+        """A tenant becoming active starts level with the least-served busy tenant,
+        not counting the work that tenant still has running."""
+        running_share: dict[str, float] = {}
+        for req in running:
+            tenant = tenant_of(req)
+            running_share[tenant] = running_share.get(tenant, 0.0) + num_tokens_in_flight(req) / self.weight_of(tenant)
+        busy = [
+            self.accounts[tenant] - running_share.get(tenant, 0.0)
+            for tenant in active & self.previously_active if tenant in self.accounts
+        ]
+        floor = max(min(busy, default=0.0), 0.0)
+        for tenant in active - self.previously_active:
+            self.accounts[tenant] = max(self.accounts.get(tenant, 0.0), floor)
+        self.previously_active = active
 
 
 @hookimpl

@@ -19,6 +19,7 @@ from tercet.http.errors import raise_if_refused, read_json_object
 from tercet.http.generation import ChoiceAccumulator, GenerationStream, PromptDetails, collect_generation, open_generation
 from tercet.http.logprobs_format import TokenStrings, native_token_logprobs, native_top_logprobs, token_strings_for
 from tercet.http.native_request import NativeRequest, parse_generate_request
+from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.http.sse import EventStreamResponse, event_stream
 from tercet.io_struct import GenerateOutput
 from tercet.messages import TokenLogprobs
@@ -27,9 +28,10 @@ NO_LOGPROBS = TokenLogprobs([], [], [])
 
 
 async def generate(request: Request, tokenizer_manager) -> Response:
-    native_request = parse_generate_request(await read_json_object(request), tokenizer_manager.vocab_size)
+    body = await read_json_object(request)
+    native_request = parse_generate_request(body, tokenizer_manager.vocab_size)
     strings = token_strings_for(tokenizer_manager.tokenizer) if native_request.return_text_in_logprobs else None
-    generate_request = native_request.generate_request
+    generate_request = with_scheduling_fields(native_request.generate_request, body, request)
     stream = await open_generation(request, tokenizer_manager, generate_request)
     if generate_request.stream:
         events = _cumulative_outputs(native_request, stream, strings)
@@ -67,6 +69,7 @@ def native_output(native_request: NativeRequest, output: GenerateOutput, strings
         "id": output.rid,
         "finish_reason": None if finish_reason is None else finish_reason.to_json(),
         "prompt_tokens": output.prompt_tokens,
+        "cached_tokens": output.cached_tokens,
         "completion_tokens": output.completion_tokens,
     }
     if params.return_logprob:

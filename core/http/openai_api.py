@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -14,6 +15,7 @@ from tercet.http.logprobs_format import TokenStrings, token_strings_for
 from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request, parse_completion_request
 from tercet.http.openai_response import chat_completion_response, completion_response
 from tercet.http.openai_stream import chat_completion_chunks, completion_chunks
+from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.http.sse import EventStreamResponse, event_stream
 from tercet.io_struct import GenerateOutput
 
@@ -27,6 +29,7 @@ ChunkBuilder = Callable[[OpenAIRequest, GenerationStream, "TokenStrings | None"]
 async def create_completion(request: Request, tokenizer_manager) -> Response:
     body = await read_json_object(request)
     openai_request = parse_completion_request(body, tokenizer_manager.served_model_name, tokenizer_manager.vocab_size)
+    openai_request = _with_scheduling_fields(openai_request, body, request)
     return await _respond(request, tokenizer_manager, openai_request, completion_response, completion_chunks)
 
 
@@ -39,6 +42,7 @@ async def create_chat_completion(request: Request, tokenizer_manager) -> Respons
         tokenizer_manager.apply_chat_template,
         tokenizer_manager.vocab_size,
     )
+    openai_request = _with_scheduling_fields(openai_request, body, request)
     return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)
 
 
@@ -61,6 +65,11 @@ async def _respond(
         return EventStreamResponse(event_stream(chunks), on_close=stream.aclose)
     outputs = await collect_generation(request, stream)
     return JSONResponse(build_response(openai_request, outputs, strings))
+
+
+def _with_scheduling_fields(openai_request: OpenAIRequest, body: dict, request: Request) -> OpenAIRequest:
+    generate_request = with_scheduling_fields(openai_request.generate_request, body, request)
+    return dataclasses.replace(openai_request, generate_request=generate_request)
 
 
 def _token_strings(tokenizer_manager, openai_request: OpenAIRequest) -> TokenStrings | None:

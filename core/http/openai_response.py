@@ -15,17 +15,21 @@ def openai_finish_reason(finish_reason: FinishReason | None) -> str | None:
     return None if finish_reason is None else finish_reason.kind
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        # Prompt tokens whose KV came from the prefix cache.
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
 def usage_of(outputs: list[GenerateOutput]) -> dict:
     """The prompt counts once, however many completions it had."""
-    return usage(outputs[0].prompt_tokens, sum(output.completion_tokens for output in outputs))
+    return usage(
+        outputs[0].prompt_tokens, sum(output.completion_tokens for output in outputs), outputs[0].cached_tokens
+    )
 
 
 def prompt_text(request: OpenAIRequest, strings: TokenStrings | None, prompt_token_ids: list[int] | None = None) -> str:
@@ -108,9 +112,11 @@ def chat_completion_chunk(
 # -- shared ---------------------------------------------------------------------
 
 
-def usage_chunk(request: OpenAIRequest, object_name: str, prompt_tokens: int, completion_tokens: int) -> dict:
+def usage_chunk(
+    request: OpenAIRequest, object_name: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+) -> dict:
     """The extra last chunk of a stream with ``include_usage``: no choices, only usage."""
-    return {**_envelope(request, object_name), "choices": [], "usage": usage(prompt_tokens, completion_tokens)}
+    return {**_envelope(request, object_name), "choices": [], "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
 
 def _chunk(request: OpenAIRequest, object_name: str, choice: dict) -> dict:

@@ -31,6 +31,7 @@ class ChoiceProgress:
         self.finished = [False] * n
         self.completion_tokens = [0] * n
         self.prompt_tokens = 0
+        self.cached_tokens = 0
         self.prompt = PromptDetails()
 
     def note(self, piece: GenerateOutput) -> None:
@@ -39,6 +40,7 @@ class ChoiceProgress:
         raise_if_refused(piece.finish_reason)
         self.prompt.note(piece)
         self.prompt_tokens = piece.prompt_tokens
+        self.cached_tokens = piece.cached_tokens
         self.completion_tokens[piece.index] = piece.completion_tokens
         if piece.finished:
             self.finished[piece.index] = True
@@ -48,7 +50,7 @@ class ChoiceProgress:
         return all(self.finished)
 
     def usage_chunk(self, request: OpenAIRequest, object_name: str) -> dict:
-        return usage_chunk(request, object_name, self.prompt_tokens, sum(self.completion_tokens))
+        return usage_chunk(request, object_name, self.prompt_tokens, sum(self.completion_tokens), self.cached_tokens)
 
 
 async def completion_chunks(request: OpenAIRequest, stream: GenerationStream, strings: TokenStrings | None) -> AsyncIterator[dict]:

@@ -2,8 +2,8 @@
 
 The policy orders the waiting queue; requests are admitted in that order while
 the batch cap, the step's prefill budget and KV memory allow, stopping at the
-first that does not fit (so the policy's order is respected). When that
-first one does not fit, the policy may name running requests to preempt.
+first that does not fit (so the policy's order is respected). When one does
+not fit (batch cap or memory), the policy may name running requests to preempt.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ class Admission:
         view = SchedulerView(running=tuple(scheduler.running), prefix_cache=scheduler.prefix_cache)
         for leader in scheduler.policy.order(list(scheduler.waiting), view):
             group = leader.group
-            if len(scheduler.running) + len(group) > self.max_running_requests:
-                break
             if admitted and budget <= 0:
                 break
             to_prefill = leader.num_tokens - scheduler.kv_memory.cached_prefix_tokens(leader)
@@ -53,9 +51,11 @@ class Admission:
         return leader_pages + follower_pages + len(self.scheduler.running)
 
     def fits(self, group: list[Req], to_prefill: int, budget: int) -> bool:
+        """Within the batch cap, with a table row for each and the pages for a first chunk."""
         memory = self.scheduler.kv_memory
         return (
-            memory.req_to_token_pool.num_free >= len(group)
+            len(self.scheduler.running) + len(group) <= self.max_running_requests
+            and memory.req_to_token_pool.num_free >= len(group)
             and self.pages_needed(group, to_prefill, budget) <= memory.num_available_pages
         )
 

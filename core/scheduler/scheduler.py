@@ -105,6 +105,10 @@ class Scheduler:
             for index in range(params.n)
         ]
         leader, leader.followers = group[0], group[1:]
+        logger.debug(
+            "request %s: %d prompt tokens, n=%d, priority %d, tenant %s",
+            message.rid, len(message.input_ids), params.n, message.priority, message.tenant,
+        )
         needed_pages = sum(self.kv_memory.pages_for(req.max_num_tokens) for req in group)
         if needed_pages > self.kv_memory.page_allocator.num_total:
             reason = FinishReason(

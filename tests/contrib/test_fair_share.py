@@ -107,11 +107,28 @@ def test_a_later_tenant_is_not_stuck_behind_an_earlier_ones_burst(fair_share_ins
     assert rids(make_fair_share().order(waiting, NO_VIEW)) == ["a1", "b1", "a2", "a3"]
 
 
-def test_the_tenant_with_the_fewest_tokens_running_goes_first(fair_share_installed):
-    running = [make_req("a-running", 0, "A", num_prompt_tokens=100)]
+def test_the_tenant_served_least_goes_first(fair_share_installed):
+    policy = make_fair_share()
+    big = make_req("a-big", 0, "A", num_prompt_tokens=100)
+    assert rids(policy.order([big], NO_VIEW)) == ["a-big"]
+    # a-big left the queue: it was admitted, and A's account holds its tokens.
+    view = SchedulerView(running=[big], prefix_cache=None)
     waiting = [make_req("a1", 1, "A"), make_req("b1", 2, "B"), make_req("b2", 3, "B")]
+    assert rids(policy.order(waiting, view)) == ["b1", "b2", "a1"]
+
+
+def test_an_idle_tenant_joins_at_the_busy_ones_level(fair_share_installed):
+    policy = make_fair_share()
+    for index in range(3):  # A is served alone for a while
+        policy.order([make_req(f"a{index}", index, "A")], NO_VIEW)
+    running = [make_req("a-running", 3, "A")]  # A's last request is still running
     view = SchedulerView(running=running, prefix_cache=None)
-    assert rids(make_fair_share().order(waiting, view)) == ["b1", "b2", "a1"]
+    policy.order([], view)
+    waiting = [make_req("b1", 4, "B"), make_req("b2", 5, "B"), make_req("a4", 6, "A")]
+    # B joins at A's completed service (24 - 8 running = 16), not at 0: it gets
+    # one request's head start, then the tie goes to the earlier arrival.
+    assert rids(policy.order(waiting, view)) == ["b1", "b2", "a4"]
+    assert policy.accounts["B"] == 16
 
 
 def test_requests_without_a_tenant_share_the_default_tenant(fair_share_installed):
@@ -128,3 +145,47 @@ def test_weights_give_a_tenant_a_bigger_share(fair_share_installed):
 def test_a_weight_that_is_not_positive_is_named(fair_share_installed):
     with pytest.raises(ValueError, match=r"weights.A must be a positive number"):
         make_fair_share(TercetConfig(plugins={"fair_share": {"weights": {"A": 0}}}))
+
+
+def test_a_server_selects_it_in_toml_and_serves_tenants_fairly(fair_share_installed, tmp_path, tiny_llama_dir):
+    """End to end: chosen in tercet.toml, tenants from the X-Tenant header."""
+    import asyncio
+    import time as clock
+
+    import httpx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from running_server import TINY_SETTINGS, RunningServer
+
+    config_file = tmp_path / "tercet.toml"
+    config_file.write_text('[scheduler]\npolicy = "fair-share"\nmax_running_requests = 1\n')
+    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS[:2], ["--config", str(config_file)])
+    server.wait_until_healthy()
+    finished: list[str] = []
+
+    async def send(client, name, tenant, max_new_tokens):
+        response = await client.post(
+            "/generate", headers={"X-Tenant": tenant},
+            json={"text": name, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}},
+        )
+        response.raise_for_status()
+        finished.append(name)
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+            first = asyncio.create_task(send(client, "a1", "a", 300))
+            await asyncio.sleep(0.5)  # a1 is running; the rest queue behind it
+            rest = [asyncio.create_task(send(client, name, tenant, 20))
+                    for name, tenant in [("a2", "a"), ("a3", "a"), ("b1", "b")]]
+            await asyncio.sleep(0.2)
+            await asyncio.gather(first, *rest)
+
+    try:
+        started = clock.monotonic()
+        asyncio.run(scenario())
+        assert clock.monotonic() - started < 120
+    finally:
+        assert server.stop() == 0
+    # First come, first served would finish a2 and a3 before b1.
+    assert finished.index("b1") < finished.index("a3")
+    assert finished[0] == "a1"

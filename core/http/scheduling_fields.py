@@ -1,0 +1,31 @@
+"""Request fields the scheduling policies use: ``priority`` and the tenant.
+
+The tenant is OpenAI's ``user`` field when sent, else the ``X-Tenant`` header,
+so a gateway can label traffic without touching request bodies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from starlette.requests import Request
+
+from tercet.errors import RequestError
+from tercet.io_struct import GenerateRequest
+
+TENANT_HEADER = "x-tenant"
+MAX_TENANT_LENGTH = 256
+
+
+def with_scheduling_fields(generate_request: GenerateRequest, body: dict, request: Request) -> GenerateRequest:
+    priority = body.get("priority", 0)
+    if priority is None:
+        priority = 0
+    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 1 << 31:
+        raise RequestError(f"priority must be an integer (32-bit), got {priority!r}", "priority")
+    tenant = body.get("user")
+    if tenant is None:
+        tenant = request.headers.get(TENANT_HEADER)
+    if tenant is not None and (not isinstance(tenant, str) or len(tenant) > MAX_TENANT_LENGTH):
+        raise RequestError(f"user must be a string of at most {MAX_TENANT_LENGTH} characters", "user")
+    return dataclasses.replace(generate_request, priority=priority, tenant=tenant or None)
