@@ -61,7 +61,8 @@ class SamplingParams:
         _check_number(self.presence_penalty, "presence_penalty", -2.0, 2.0)
         _check_number(self.repetition_penalty, "repetition_penalty", 0.0, 10.0, exclusive_minimum=True)
         if self.seed is not None:
-            _check_int(self.seed, "seed")
+            # What a 64-bit wire format can carry.
+            _check_int(self.seed, "seed", minimum=-(1 << 63), maximum=(1 << 64) - 1)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise RequestError("stop must be a non-empty string or a list of non-empty strings", "stop")
         if len(self.stop) > MAX_STOP_STRINGS:

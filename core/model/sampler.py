@@ -35,10 +35,6 @@ class SampleOutput:
     # request asked for log-probabilities.
     top_logprobs: list[list[list]] | None
 
-    def tolist(self) -> list[int]:
-        """The token ids, for callers written when ``sample`` returned a tensor."""
-        return list(self.token_ids)
-
 
 @dataclass(frozen=True)
 class SamplingBatch:
@@ -66,9 +62,6 @@ class SamplingBatch:
 
         The histories may be left out while no request uses a penalty or
         min_new_tokens; asking for one without them is an error."""
-        if isinstance(prompt_ids, (str, torch.device)):
-            # The earlier call form from_params(params, seeds, steps, device).
-            prompt_ids, device = None, prompt_ids
         if not (len(params) == len(seeds) == len(steps)):
             raise ValueError("params, seeds and steps must have one entry per request")
         top_logprobs_nums = None

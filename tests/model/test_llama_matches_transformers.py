@@ -49,8 +49,8 @@ class PagedGreedyDriver:
         )
         logits = self.runner.forward(batch)
         num = len(sequences)
-        greedy = SamplingBatch.from_params([SamplingParams(temperature=0)] * num, [0] * num, [0] * num, "cpu")
-        next_tokens = sample(logits, greedy).tolist()
+        greedy = SamplingBatch.from_params([SamplingParams(temperature=0)] * num, [0] * num, [0] * num, device="cpu")
+        next_tokens = sample(logits, greedy).token_ids
         for sequence, new, token in zip(sequences, new_token_ids, next_tokens):
             sequence.num_cached += len(new)
             if sequence.num_cached == len(sequence.token_ids):  # a partial chunk samples nothing

@@ -233,8 +233,8 @@ def test_top_k_rows_follow_the_renormalised_distribution():
 
 def test_legacy_call_form_still_builds_a_greedy_batch():
     logits = _logits(2)
-    batch = SamplingBatch.from_params([SamplingParams(temperature=0)] * 2, [0, 0], [0, 0], "cpu")
-    assert sample(logits, batch).tolist() == logits.argmax(-1).tolist()
+    batch = SamplingBatch.from_params([SamplingParams(temperature=0)] * 2, [0, 0], [0, 0], device="cpu")
+    assert sample(logits, batch).token_ids == logits.argmax(-1).tolist()
 
 
 def test_each_row_draws_the_same_token_whichever_rows_it_is_grouped_with():
