@@ -55,8 +55,8 @@ class SchedulerConfig:
     policy: str = "fcfs"
     max_running_requests: int = _at_least(32, 1)
     max_queued_requests: int = _at_least(4096, 1)
-    # Most prompt tokens one step may prefill (a budget across new requests;
-    # a single longer prompt still runs, alone).
+    # Most prompt tokens one step may prefill, across all prefilling requests;
+    # a longer prompt is split into chunks over several steps.
     chunked_prefill_size: int = _at_least(4096, 1)
     dp_size: int = field(default=1, metadata={"min": 1, "max": 1})
 
@@ -238,6 +238,10 @@ def config_as_toml(config: TercetConfig) -> str:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

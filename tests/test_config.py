@@ -112,3 +112,9 @@ def test_config_as_toml_round_trips(tmp_path):
     assert "s3cret" not in text
     (tmp_path / "shown.toml").write_text(text.replace('api_key = "***"', 'api_key = "s3cret"'))
     assert load_config(str(tmp_path / "shown.toml"), environ={}) == config
+
+
+def test_plugin_tables_round_trip_through_config_show(tmp_path):
+    config = load_config(environ={}, overrides={"plugins": {"fair_share": {"weights": {"acme": 2, "hobby": 0.5}, "names": ["a"]}}})
+    (tmp_path / "shown.toml").write_text(config_as_toml(config))
+    assert load_config(str(tmp_path / "shown.toml"), environ={}).plugins == config.plugins

@@ -28,10 +28,11 @@ class SchedulerView:
     prefix_cache: object | None
 
     def cached_prefix_length(self, req: Req) -> int:
-        """How many leading tokens of the request's prompt are in the prefix cache now."""
+        """How many leading tokens of the request would come from the prefix cache if admitted now."""
         if self.prefix_cache is None:
             return 0
-        return self.prefix_cache.match_prefix(req.all_token_ids).num_tokens
+        # Admission matches all but the last token (at least one is always fed).
+        return self.prefix_cache.match_prefix(req.all_token_ids[:-1]).num_tokens
 
 
 class SchedulingPolicy(ABC):

@@ -79,7 +79,9 @@ class Scheduler:
 
     def run_forever(self) -> None:
         while True:
-            self.receive_and_dispatch(block=not (self.waiting or self.running))
+            # With nothing running, waiting requests that were not admitted stay
+            # so until a message arrives: sleep until one does.
+            self.receive_and_dispatch(block=not self.running)
             self.run_step()
 
     def receive_and_dispatch(self, block: bool) -> None:
@@ -109,6 +111,15 @@ class Scheduler:
             "request %s: %d prompt tokens, n=%d, priority %d, tenant %s",
             message.rid, len(message.input_ids), params.n, message.priority, message.tenant,
         )
+        if len(group) > self.admission.max_running_requests:
+            reason = FinishReason(
+                "abort", status_code=400,
+                message=f"n={len(group)} completions cannot run together: "
+                f"scheduler.max_running_requests is {self.admission.max_running_requests}",
+            )
+            for req in group:
+                self.finish(req, reason)
+            return
         needed_pages = sum(self.kv_memory.pages_for(req.max_num_tokens) for req in group)
         if needed_pages > self.kv_memory.page_allocator.num_total:
             reason = FinishReason(
@@ -126,6 +137,9 @@ class Scheduler:
     def handle_abort_request(self, message: AbortReq) -> None:
         for req in self.running:
             if req.rid == message.rid:
+                for leader in self.running:
+                    if req in leader.followers:  # still waiting for its leader's prompt
+                        leader.followers.remove(req)
                 self.running.remove(req)
                 self.finish(req, FinishReason("abort", message="aborted"))
                 return

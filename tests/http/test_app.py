@@ -28,7 +28,7 @@ async def test_completion():
     body = response.json()
     assert body["id"].startswith("cmpl-") and body["object"] == "text_completion" and body["model"] == MODEL
     assert body["choices"] == [{"index": 0, "text": "Hello", "logprobs": None, "finish_reason": "length"}]
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}}
     request = manager.requests[0]
     assert request.text == "Say" and request.sampling_params.max_new_tokens == 16 and not request.stream
     assert manager.outputs[0].aclose_calls >= 1
@@ -83,7 +83,7 @@ async def test_chat_completion_stream():
     ]
     assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None, None, None, "stop"]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 # -- models, health, errors -------------------------------------------------------

@@ -27,7 +27,7 @@ async def test_native_generate():
     assert response.json() == {
         "text": "Hello",
         "output_ids": [5, 6, 7],
-        "meta_info": {"id": "r1", "finish_reason": {"type": "length"}, "prompt_tokens": 3, "completion_tokens": 3},
+        "meta_info": {"id": "r1", "finish_reason": {"type": "length"}, "prompt_tokens": 3, "cached_tokens": 0, "completion_tokens": 3},
     }
     params = manager.requests[0].sampling_params
     assert (params.max_new_tokens, params.temperature, params.stop_token_ids) == (3, 0, [2])
@@ -111,7 +111,7 @@ async def test_native_generate_without_logprobs_has_no_logprob_fields():
     manager = StandInTokenizerManager()
     meta = (await post({"text": "x", "logprob_start_len": 0}, "/generate", manager)).json()["meta_info"]
     assert not manager.requests[0].sampling_params.return_prompt_logprob
-    assert set(meta) == {"id", "finish_reason", "prompt_tokens", "completion_tokens"}
+    assert set(meta) == {"id", "finish_reason", "prompt_tokens", "cached_tokens", "completion_tokens"}
 
 
 async def test_native_generate_streams_cumulative_logprobs():

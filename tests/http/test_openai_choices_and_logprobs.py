@@ -39,7 +39,7 @@ async def test_completion_n_choices_and_usage_counts_the_prompt_once():
     body = (await post({"prompt": "Say", "n": 2, "temperature": 0.8}, manager=manager)).json()
     assert manager.requests[0].sampling_params.n == 2
     assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == [(0, "Hello", "length"), (1, " it!", "stop")]
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 async def test_completion_n_stream_has_chunks_per_index_then_one_usage():
@@ -47,7 +47,7 @@ async def test_completion_n_stream_has_chunks_per_index_then_one_usage():
     chunks = sse_events(await post(body, manager=StandInTokenizerManager(script=N_STREAMED)))
     choices = [(c["choices"][0]["index"], c["choices"][0]["text"], c["choices"][0]["finish_reason"]) for c in chunks[:-1]]
     assert choices == [(0, "Hel", None), (1, " it", None), (0, "lo", None), (0, "", "length"), (1, "!", None), (1, "", "stop")]
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 async def test_chat_n_stream_starts_every_choice_with_the_role():

@@ -151,3 +151,20 @@ def test_abort_of_one_waiting_completion_keeps_the_others(make_harness):
     assert reasons["group#0"].kind == "abort" and tokens["group#0"] == []
     # The other completion led on alone and finished.
     assert reasons["group#1"].kind == "length" and len(tokens["group#1"]) == 30
+
+
+def test_more_completions_than_the_batch_cap_are_refused(harness):
+    harness.send(TokenizedGenerateReq("wide", [1, 2, 3], greedy(3, n=5)))
+    (output,) = harness.step()
+    assert {reason.status_code for reason in output.finished_reasons} == {400}
+    assert "max_running_requests" in output.finished_reasons[0].message
+    assert harness.scheduler.waiting == []
+
+
+def test_abort_of_a_completion_waiting_for_its_leaders_chunked_prompt(make_harness):
+    harness = make_harness(max_total_tokens=1024, settings=["scheduler.chunked_prefill_size=8"])
+    harness.send(TokenizedGenerateReq("g", list(range(1, 40)), greedy(4, n=2)))
+    harness.step()  # the leader fed its first chunk; the follower waits for the rest
+    harness.send(AbortReq("g#1"))
+    outputs = harness.run_until_finished()
+    assert outputs.get("g#1", []) == [] and len(outputs["g#0"]) == 4
