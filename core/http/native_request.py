@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
-from tercet.http.openai_params import check_seed_range, parse_logit_bias, parse_stop, parse_top_logprobs, renamed
+from tercet.http.openai_params import parse_flag, parse_logit_bias, parse_stop, parse_top_logprobs, renamed
 from tercet.io_struct import GenerateRequest
 from tercet.sampling_params import SamplingParams
 
@@ -43,12 +43,12 @@ def parse_generate_request(body: dict, vocab_size: int | None = None) -> NativeR
         raise RequestError("text must be a string (batches are not supported yet)", "text")
     if input_ids is not None and not _is_token_id_list(input_ids):
         raise RequestError("input_ids must be a non-empty list of non-negative integers", "input_ids")
-    stream = _flag(body, "stream")
+    stream = parse_flag(body, "stream")
     rid = body.get("rid")
     if rid is not None and (not isinstance(rid, str) or not rid):
         raise RequestError("rid must be a non-empty string", "rid")
     raw = _sampling_params_object(body.get("sampling_params"))
-    flags = {name: _flag(body, name) for name in TOP_LEVEL_FLAGS if body.get(name) is not None}
+    flags = {name: parse_flag(body, name) for name in TOP_LEVEL_FLAGS if body.get(name) is not None}
     logprob_start_len = body.get("logprob_start_len")
     if logprob_start_len is None:
         logprob_start_len = -1
@@ -87,22 +87,12 @@ def _sampling_params(raw: dict, vocab_size: int | None) -> SamplingParams:
             raw["stop"] = parse_stop(raw["stop"])
         if "logit_bias" in raw:
             raw["logit_bias"] = parse_logit_bias(raw["logit_bias"])
-        check_seed_range(raw.get("seed"), "seed")
         params = SamplingParams(**raw)
         params.validate(vocab_size)
     except RequestError as error:
         error = renamed(error, NATIVE_PARAM_NAMES)
         raise RequestError(error.message, f"sampling_params.{error.param}", error.status_code) from None
     return params
-
-
-def _flag(body: dict, key: str) -> bool:
-    value = body.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise RequestError(f"{key} must be true or false, got {value!r}", key)
-    return value
 
 
 def _is_token_id_list(value) -> bool:

@@ -30,8 +30,6 @@ DIRECT_FIELDS = {
     "no_stop_trim": "no_stop_trim",
     "n": "n",
 }
-# Seeds travel as 64-bit integers.
-SEED_RANGE = (-(1 << 63), 1 << 64)
 INTEGER_STRING = re.compile(r"\s*-?\d+\s*")
 
 
@@ -53,7 +51,6 @@ def sampling_params_from_body(
     ``param_names`` renames validation errors' params to this route's fields.
     """
     values = {target: body[source] for source, target in DIRECT_FIELDS.items() if body.get(source) is not None}
-    check_seed_range(values.get("seed"), "seed")
     params = SamplingParams(
         max_new_tokens=max_new_tokens,
         stop=parse_stop(body.get("stop")),
@@ -69,12 +66,6 @@ def sampling_params_from_body(
     except RequestError as error:
         raise renamed(error, renames) from None
     return params
-
-
-def check_seed_range(seed, param: str) -> None:
-    """Seeds cross the IPC edges as 64-bit integers; validate checks that it is an integer at all."""
-    if isinstance(seed, int) and not isinstance(seed, bool) and not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
-        raise RequestError(f"{param} must fit in 64 bits, got {seed}", param)
 
 
 def parse_stop(stop) -> list[str]:
