@@ -14,14 +14,16 @@ from tercet.process_context import ProcessContext, configure_logging, die_with_p
 logger = logging.getLogger(__name__)
 
 
-def run_child(component: str, config, ready_writer, build: Callable[[ProcessContext], tuple]) -> None:
+def run_child(
+    component: str, config, ready_writer, build: Callable[[ProcessContext], tuple], log_name: str | None = None
+) -> None:
     """Build the component, report ``("ready", info)`` or ``("failed", reason)``, then run it.
 
     ``build(context)`` returns ``(component_object, ready_info)``; the object's
     ``run_forever()`` serves until the process is stopped.
     """
     die_with_parent()
-    configure_logging(component, config.server.log_level)
+    configure_logging(log_name or component, config.server.log_level)
     # SIGTERM is how the parent stops children: exit quietly and at once.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -58,7 +58,10 @@ class SchedulerConfig:
     # Most prompt tokens one step may prefill, across all prefilling requests;
     # a longer prompt is split into chunks over several steps.
     chunked_prefill_size: int = _at_least(4096, 1)
-    dp_size: int = field(default=1, metadata={"min": 1, "max": 1})
+    # Data-parallel ranks: scheduler processes, each with its own model replica and KV pool.
+    dp_size: int = field(default=1, metadata={"min": 1, "max": 16})
+    # How the TokenizerManager picks a rank for each new request.
+    load_balance: str = _choice("round_robin", "round_robin", "shortest_queue")
 
 
 @dataclass(frozen=True)

@@ -48,15 +48,18 @@ def launch_server(config: TercetConfig) -> int:
             "ipc.serializer = %r can run code chosen by anyone able to write to the IPC endpoints; "
             "use it only when every process on them is trusted", config.ipc.serializer,
         )
-    port_args = PortArgs.create(context.create_transport())
+    port_args = PortArgs.create(context.create_transport(), dp_size=config.scheduler.dp_size)
     logger.info(
         "IPC endpoints: scheduler %s, detokenizer %s, tokenizer %s",
-        port_args.scheduler_input, port_args.detokenizer_input, port_args.tokenizer_input,
+        ", ".join(port_args.scheduler_inputs), port_args.detokenizer_input, port_args.tokenizer_input,
     )
     supervisor = ChildSupervisor()
     try:
         timeout = config.server.startup_timeout
-        scheduler_info = supervisor.start("scheduler", run_scheduler_process, (config, port_args), timeout)
+        dp_size = config.scheduler.dp_size
+        for rank in range(dp_size):
+            name = "scheduler" if dp_size == 1 else f"scheduler-{rank}"
+            scheduler_info = supervisor.start(name, run_scheduler_process, (config, port_args, rank), timeout)
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
         return asyncio.run(serve_api(context, port_args, supervisor, scheduler_info["context_len"]))
     except ChildFailed as failure:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
 import secrets
 import uuid
@@ -20,6 +21,8 @@ import zmq
 import zmq.asyncio
 
 from tercet.channels import AsyncMessageReceiver, MessageSender
+from tercet.communicator import Communicator
+from tercet.control_messages import ControlReply, ControlRequest
 from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
 from tercet.io_struct import GenerateOutput, GenerateRequest
@@ -51,16 +54,23 @@ class TokenizerManager:
         scheduler_config = context.config.scheduler
         # Requests the server holds at once: a full batch plus the waiting queue.
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
+        self.load_balance = scheduler_config.load_balance
         serializer = context.create_serializer()
-        # Sending never blocks (unbounded queue), so a plain socket serves the event loop.
+        # Sending never blocks (unbounded queue), so plain sockets serve the event loop.
         self.sync_zmq_context = zmq.Context()
-        self.sender_to_scheduler = MessageSender(self.sync_zmq_context, port_args.scheduler_input, serializer)
+        self.senders_to_schedulers = [
+            MessageSender(self.sync_zmq_context, endpoint, serializer) for endpoint in port_args.scheduler_inputs
+        ]
+        self.next_rank = itertools.cycle(range(len(self.senders_to_schedulers)))
+        self.rank_of_rid: dict[str, int] = {}
+        self.communicators: dict[type, Communicator] = {}
         self.async_zmq_context = zmq.asyncio.Context()
         self.receiver = AsyncMessageReceiver(self.async_zmq_context, port_args.tokenizer_input, serializer, bind=True)
         self.rid_to_state: dict[str, ReqState] = {}
         self.dispatcher = TypeBasedDispatcher(
             [
                 (BatchStrOutput, self.handle_batch_str_output),
+                (ControlReply, self.handle_control_reply),
                 *[
                     (message_type, lambda message, handler=handler: handler(self, message))
                     for message_type, handler in message_handlers(context.plugin_manager, "tokenizer")
@@ -87,7 +97,8 @@ class TokenizerManager:
         if self.handle_loop_task is not None:
             self.handle_loop_task.cancel()
         self.receiver.close()
-        self.sender_to_scheduler.close()
+        for sender in self.senders_to_schedulers:
+            sender.close()
 
     def is_healthy(self) -> bool:
         return self.unhealthy_reason is None
@@ -146,7 +157,9 @@ class TokenizerManager:
         event = asyncio.Event()
         states = {choice: ReqState(index, event) for index, choice in enumerate(rids)}
         self.rid_to_state.update(states)
-        self.sender_to_scheduler.send(
+        rank = self.choose_rank()
+        self.rank_of_rid.update((choice, rank) for choice in rids)
+        self.senders_to_schedulers[rank].send(
             TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream, request.priority, request.tenant)
         )
         try:
@@ -160,6 +173,7 @@ class TokenizerManager:
                     # The caller stopped early (client gone, say): free the scheduler's work.
                     self.abort(choice)
                 self.rid_to_state.pop(choice, None)
+                self.rank_of_rid.pop(choice, None)
 
     async def _wait_for_outputs(self, states: dict[str, ReqState], event: asyncio.Event, stream: bool):
         collected: dict[str, list[GenerateOutput]] = {choice: [] for choice in states}
@@ -179,8 +193,44 @@ class TokenizerManager:
             for pieces in collected.values():
                 yield merge_outputs(pieces)
 
-    def abort(self, rid: str) -> None:
-        self.sender_to_scheduler.send(AbortReq(rid))
+    def abort(self, rid: str) -> bool:
+        """Abort one completion by id; False if no such request is in flight here."""
+        rank = self.rank_of_rid.get(rid)
+        if rank is None:
+            return False
+        self.senders_to_schedulers[rank].send(AbortReq(rid))
+        return True
+
+    # -- data parallelism and the control plane ------------------------------
+
+    def choose_rank(self) -> int:
+        if self.load_balance == "shortest_queue":
+            counts = self.num_requests_per_rank()
+            return min(range(len(counts)), key=counts.__getitem__)
+        return next(self.next_rank)
+
+    def num_requests_per_rank(self) -> list[int]:
+        counts = [0] * len(self.senders_to_schedulers)
+        for rank in self.rank_of_rid.values():
+            counts[rank] += 1
+        return counts
+
+    async def control(self, request_type: type[ControlRequest], timeout: float = 30.0, mode: str = "serial",
+                      **fields) -> list[ControlReply]:
+        """Send one control request to every rank; their replies, sorted by rank."""
+        communicator = self.communicators.get(request_type)
+        if communicator is None:
+            communicator = Communicator(request_type, self.send_to_all_ranks, len(self.senders_to_schedulers), mode)
+            self.communicators[request_type] = communicator
+        return await communicator.call(timeout, **fields)
+
+    def send_to_all_ranks(self, message) -> None:
+        for sender in self.senders_to_schedulers:
+            sender.send(message)
+
+    def handle_control_reply(self, reply: ControlReply) -> None:
+        for communicator in self.communicators.values():
+            communicator.handle_reply(reply)
 
     def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
         for position, rid in enumerate(batch.rids):

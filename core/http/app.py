@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
-from tercet.http import native_api, openai_api
+from tercet.http import control_api, native_api, openai_api
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 
 logger = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ BUILTIN_ROUTES: list[RouteSpec] = [
     ("/health", health, ["GET"]),
     *openai_api.ROUTES,
     *native_api.ROUTES,
+    *control_api.ROUTES,
 ]
 
 

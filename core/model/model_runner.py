@@ -18,7 +18,7 @@ from tercet.errors import ConfigError
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
-from tercet.model.llama import LlamaForCausalLM
+from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.weights import load_weights
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -87,6 +87,25 @@ class ModelRunner:
         self.attention_backend = attention_backend_factory(shape.attention_layout(self.device, self.dtype))
         self.model.attach(self.attention_backend, self.kv_cache)
         self.eos_token_ids = _eos_token_ids(self.config, self.model_path)
+
+    def update_weights_from_disk(self, model_path: str | Path) -> None:
+        """Serve the weights of another checkpoint of the same shape.
+
+        The new weights load into a separate model first, so a bad path or an
+        incompatible checkpoint raises and leaves the current weights serving."""
+        from transformers import AutoConfig
+
+        model_path = Path(model_path)
+        if not (model_path / "config.json").is_file():
+            raise ConfigError(f"{model_path} is not a checkpoint directory (no config.json)")
+        config = AutoConfig.from_pretrained(str(model_path))
+        if LlamaShape.from_config(config) != self.model.shape:
+            raise ConfigError(f"{model_path} has a different architecture than the model being served")
+        model = LlamaForCausalLM(config, self.dtype, self.device, max_positions=self.context_len)
+        load_weights(model, model_path)
+        model.eval().requires_grad_(False)
+        model.attach(self.attention_backend, self.kv_cache)
+        self.model, self.model_path, self.config = model, model_path, config
 
     def build_batch(
         self, req_pool_indices: list[int], prefix_lens: list[int], new_token_ids: list[list[int]]

@@ -78,6 +78,9 @@ class Admission:
         leader = group[0]
         scheduler.waiting.remove(leader)
         memory.admit(leader)
+        if leader.num_retractions == 0:
+            scheduler.num_prompt_tokens_admitted += len(leader.input_ids)
+            scheduler.num_prompt_tokens_from_cache += leader.num_prefix_cache_hits or 0
         scheduler.running.append(leader)
         for follower in list(leader.followers):
             memory.admit(follower, use_prefix_cache=False)

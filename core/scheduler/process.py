@@ -7,11 +7,12 @@ import logging
 from tercet.child_process import run_child
 
 
-def run_scheduler_process(config, port_args, ready_writer) -> None:
-    run_child("scheduler", config, ready_writer, lambda context: _build(context, port_args))
+def run_scheduler_process(config, port_args, rank, ready_writer) -> None:
+    log_name = "scheduler" if config.scheduler.dp_size == 1 else f"scheduler-{rank}"
+    run_child("scheduler", config, ready_writer, lambda context: _build(context, port_args, rank), log_name)
 
 
-def _build(context, port_args):
+def _build(context, port_args, rank):
     from tercet.model.model_runner import ModelRunner
     from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer import load_tokenizer
@@ -27,7 +28,7 @@ def _build(context, port_args):
         max_running_requests=config.scheduler.max_running_requests,
     )
     # The tokenizer decodes output tails to detect stop strings.
-    scheduler = Scheduler(context, port_args, model_runner, load_tokenizer(config.model.path))
+    scheduler = Scheduler(context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank)
     logging.getLogger(__name__).info(
         "model loaded: %s (%s on %s), KV cache of %d tokens",
         config.model.path, model_runner.dtype, model_runner.device, model_runner.page_allocator.num_total * model_runner.page_size,

@@ -17,11 +17,13 @@ import logging
 import zmq
 
 from tercet.channels import MessageReceiver, MessageSender
+from tercet.control_messages import ControlRequest
 from tercet.dispatcher import TypeBasedDispatcher
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.scheduler.admission import Admission
+from tercet.scheduler.control import answer, builtin_control_handlers
 from tercet.scheduler.kv_memory import RequestKVMemory
 from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import take_unsent_output
@@ -38,9 +40,10 @@ def completion_seed(seed: int, index: int) -> int:
 
 
 class Scheduler:
-    def __init__(self, context: ProcessContext, port_args, model_runner, tokenizer):
+    def __init__(self, context: ProcessContext, port_args, model_runner, tokenizer, rank: int = 0):
         config = context.config
         self.config = config
+        self.rank = rank
         self.model_runner = model_runner
         prefix_cache = RadixCache(model_runner.page_allocator, model_runner.page_size) if config.cache.prefix_cache else None
         self.kv_memory = RequestKVMemory(model_runner, prefix_cache)
@@ -51,16 +54,23 @@ class Scheduler:
 
         serializer = context.create_serializer()
         self.zmq_context = zmq.Context()
-        self.receiver = MessageReceiver(self.zmq_context, port_args.scheduler_input, serializer, bind=True)
+        self.receiver = MessageReceiver(self.zmq_context, port_args.scheduler_inputs[rank], serializer, bind=True)
         self.sender_to_detokenizer = MessageSender(self.zmq_context, port_args.detokenizer_input, serializer)
+        # Control replies go straight back to the TokenizerManager.
+        self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
+        handlers = [
+            *builtin_control_handlers(self),
+            *[
+                (message_type, lambda message, handler=handler: handler(self, message))
+                for message_type, handler in message_handlers(context.plugin_manager, "scheduler")
+            ],
+        ]
         self.dispatcher = TypeBasedDispatcher(
             [
                 (TokenizedGenerateReq, self.handle_generate_request),
                 (AbortReq, self.handle_abort_request),
-                *[
-                    (message_type, lambda message, handler=handler: handler(self, message))
-                    for message_type, handler in message_handlers(context.plugin_manager, "scheduler")
-                ],
+                *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
+                  else (message_type, handler) for message_type, handler in handlers],
             ]
         )
         # Waiting requests are group leaders; their followers wait inside them.
@@ -70,6 +80,9 @@ class Scheduler:
         # Finished or refused requests whose last output has not been sent yet.
         self.finished_unsent: list[Req] = []
         self.num_retractions = 0
+        self.num_prompt_tokens_admitted = 0
+        self.num_prompt_tokens_from_cache = 0
+        self.is_paused = False
 
     @property
     def prefix_cache(self) -> RadixCache | None:
@@ -79,9 +92,9 @@ class Scheduler:
 
     def run_forever(self) -> None:
         while True:
-            # With nothing running, waiting requests that were not admitted stay
-            # so until a message arrives: sleep until one does.
-            self.receive_and_dispatch(block=not self.running)
+            # With nothing running (or paused), nothing changes until a message
+            # arrives: sleep until one does.
+            self.receive_and_dispatch(block=not self.running or self.is_paused)
             self.run_step()
 
     def receive_and_dispatch(self, block: bool) -> None:
@@ -91,10 +104,15 @@ class Scheduler:
             self.dispatcher(message)
 
     def run_step(self) -> None:
-        self.admission.admit_waiting_requests()
-        if self.running:
-            self.model_step.run()
+        if not self.is_paused:
+            self.admission.admit_waiting_requests()
+            if self.running:
+                self.model_step.run()
         self.send_outputs()
+
+    def replying(self, handler):
+        """Wrap a control handler: its result (or failure) goes back as a ControlReply."""
+        return lambda message: self.sender_to_tokenizer.send(answer(self, message, handler))
 
     # -- message handlers -------------------------------------------------
 
@@ -196,4 +214,5 @@ class Scheduler:
     def close(self) -> None:
         self.receiver.close()
         self.sender_to_detokenizer.close()
+        self.sender_to_tokenizer.close()
         self.zmq_context.term()

@@ -1,0 +1,74 @@
+"""Control-plane messages: requests the TokenizerManager's Communicator sends to
+every data-parallel rank, and the reply each rank sends back.
+
+A control request carries a ``request_id``; the scheduler answers every one
+with a :class:`ControlReply` straight to the TokenizerManager (not through the
+detokenizer). A plugin adds its own control request by subclassing
+:class:`ControlRequest`, registering the type (``register_message_types``) and a
+scheduler handler (``register_message_handlers``) that returns the reply's
+``data``; it then calls it with ``tokenizer_manager.control(MyRequest)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class ControlReply:
+    request_id: str
+    rank: int
+    ok: bool
+    message: str | None = None
+    data: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FlushCacheReq(ControlRequest):
+    """Empty the prefix cache; refused while any request runs or waits."""
+
+
+@dataclass(frozen=True)
+class GetInternalStateReq(ControlRequest):
+    """Each rank's running and waiting requests, KV usage and prefix-cache figures."""
+
+
+@dataclass(frozen=True)
+class PauseGenerationReq(ControlRequest):
+    """Stop stepping: requests stay where they are until ContinueGenerationReq."""
+
+
+@dataclass(frozen=True)
+class ContinueGenerationReq(ControlRequest):
+    pass
+
+
+@dataclass(frozen=True)
+class AbortAllReq(ControlRequest):
+    """Abort every running and waiting request of the rank."""
+
+
+@dataclass(frozen=True)
+class UpdateWeightsFromDiskReq(ControlRequest):
+    """Reload the weights from a checkpoint directory of the same architecture.
+
+    In-flight requests pause while it loads and then continue; a bad path or
+    incompatible checkpoint leaves the old weights serving."""
+
+    model_path: str = ""
+
+
+CONTROL_MESSAGE_TYPES = {
+    "tercet.control_reply": ControlReply,
+    "tercet.flush_cache_req": FlushCacheReq,
+    "tercet.get_internal_state_req": GetInternalStateReq,
+    "tercet.pause_generation_req": PauseGenerationReq,
+    "tercet.continue_generation_req": ContinueGenerationReq,
+    "tercet.abort_all_req": AbortAllReq,
+    "tercet.update_weights_from_disk_req": UpdateWeightsFromDiskReq,
+}

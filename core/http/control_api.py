@@ -1,0 +1,121 @@
+"""Control endpoints, each a Communicator fan-out to every data-parallel rank.
+
+``POST /flush_cache``, ``GET /get_server_info``, ``POST /abort_request``,
+``POST /pause_generation``, ``POST /continue_generation``,
+``POST /update_weights_from_disk``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tercet.control_messages import (
+    AbortAllReq,
+    ContinueGenerationReq,
+    FlushCacheReq,
+    GetInternalStateReq,
+    PauseGenerationReq,
+    UpdateWeightsFromDiskReq,
+)
+from tercet.errors import RequestError
+from tercet.http.errors import read_json_object
+
+FLUSH_RETRY_INTERVAL = 0.05
+
+
+async def _optional_body(request: Request) -> dict:
+    return await read_json_object(request) if await request.body() else {}
+
+
+def _number(body: dict, key: str, default: float) -> float:
+    value = body.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise RequestError(f"{key} must be a number of seconds >= 0, got {value!r}", key)
+    return float(value)
+
+
+def _failures(replies) -> str:
+    return "; ".join(f"rank {reply.rank}: {reply.message}" for reply in replies if not reply.ok)
+
+
+async def flush_cache(request: Request, tokenizer_manager) -> Response:
+    """Refused (409) while requests run, unless ``timeout`` seconds to wait for idle are given."""
+    deadline = time.monotonic() + _number(await _optional_body(request), "timeout", 0.0)
+    while True:
+        replies = await tokenizer_manager.control(FlushCacheReq)
+        if all(reply.ok for reply in replies):
+            return JSONResponse({"ok": True, "ranks": [reply.data for reply in replies]})
+        if time.monotonic() >= deadline:
+            raise RequestError(f"cannot flush the cache now: {_failures(replies)}", status_code=409)
+        await asyncio.sleep(FLUSH_RETRY_INTERVAL)
+
+
+async def get_server_info(request: Request, tokenizer_manager) -> Response:
+    replies = await tokenizer_manager.control(GetInternalStateReq, mode="shared")
+    config = dataclasses.asdict(tokenizer_manager.context.config)
+    if config["server"]["api_key"] is not None:
+        config["server"]["api_key"] = "***"
+    return JSONResponse({
+        "served_model_name": tokenizer_manager.served_model_name,
+        "context_len": tokenizer_manager.context_len,
+        "config": config,
+        "requests_in_flight_per_rank": tokenizer_manager.num_requests_per_rank(),
+        "ranks": [reply.data for reply in replies],
+    })
+
+
+async def abort_request(request: Request, tokenizer_manager) -> Response:
+    """``{"rid": id}`` aborts one request (all its completions); ``{"abort_all": true}`` every one."""
+    body = await read_json_object(request)
+    if body.get("abort_all") is True:
+        replies = await tokenizer_manager.control(AbortAllReq)
+        return JSONResponse({"ok": True, "num_aborted": sum(reply.data.get("num_aborted", 0) for reply in replies)})
+    rid = body.get("rid")
+    if not isinstance(rid, str) or not rid:
+        raise RequestError('send {"rid": "<request id>"} or {"abort_all": true}', "rid")
+    choices = [rid] + [choice for choice in tokenizer_manager.rank_of_rid if choice.startswith(rid + "#")]
+    aborted = [choice for choice in choices if tokenizer_manager.abort(choice)]
+    return JSONResponse({"ok": True, "aborted": bool(aborted)})
+
+
+async def pause_generation(request: Request, tokenizer_manager) -> Response:
+    await tokenizer_manager.control(PauseGenerationReq)
+    return JSONResponse({"ok": True, "is_paused": True})
+
+
+async def continue_generation(request: Request, tokenizer_manager) -> Response:
+    await tokenizer_manager.control(ContinueGenerationReq)
+    return JSONResponse({"ok": True, "is_paused": False})
+
+
+async def update_weights_from_disk(request: Request, tokenizer_manager) -> Response:
+    body = await read_json_object(request)
+    model_path = body.get("model_path")
+    if not isinstance(model_path, str) or not model_path:
+        raise RequestError("model_path must be a checkpoint directory on the server", "model_path")
+    timeout = _number(body, "timeout", 600.0)
+    await tokenizer_manager.control(PauseGenerationReq)
+    try:
+        replies = await tokenizer_manager.control(UpdateWeightsFromDiskReq, timeout=timeout, model_path=model_path)
+    finally:
+        await tokenizer_manager.control(ContinueGenerationReq)
+    if not all(reply.ok for reply in replies):
+        updated = [reply.rank for reply in replies if reply.ok]
+        note = f" (ranks {updated} did update)" if updated else "; the previous weights keep serving"
+        raise RequestError(f"weights not updated: {_failures(replies)}{note}", "model_path")
+    return JSONResponse({"ok": True, "model_path": model_path, "num_ranks": len(replies)})
+
+
+ROUTES = [
+    ("/flush_cache", flush_cache, ["POST"]),
+    ("/get_server_info", get_server_info, ["GET"]),
+    ("/abort_request", abort_request, ["POST"]),
+    ("/pause_generation", pause_generation, ["POST"]),
+    ("/continue_generation", continue_generation, ["POST"]),
+    ("/update_weights_from_disk", update_weights_from_disk, ["POST"]),
+]
