@@ -250,7 +250,8 @@ def test_a_server_reports_each_ranks_kv_and_prefix_hits(kv_stats_installed, tmp_
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
     from running_server import TINY_SETTINGS, RunningServer
 
-    settings = [*TINY_SETTINGS, f"ipc.serializer={serializer_name}", f"scheduler.dp_size={dp_size}"]
+    settings = [*TINY_SETTINGS, f"ipc.serializer={serializer_name}", f"scheduler.dp_size={dp_size}",
+                "scheduler.load_balance=round_robin"]
     server = RunningServer(tiny_llama_dir, tmp_path / "server.log", settings)
     try:
         server.wait_until_healthy()
