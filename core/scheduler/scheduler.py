@@ -83,6 +83,7 @@ class Scheduler:
         self.num_prompt_tokens_admitted = 0
         self.num_prompt_tokens_from_cache = 0
         self.is_paused = False
+        self.waiting_is_stuck = False
 
     @property
     def prefix_cache(self) -> RadixCache | None:
@@ -92,9 +93,7 @@ class Scheduler:
 
     def run_forever(self) -> None:
         while True:
-            # With nothing running (or paused), nothing changes until a message
-            # arrives: sleep until one does.
-            self.receive_and_dispatch(block=not self.running or self.is_paused)
+            self.receive_and_dispatch(block=self.is_idle)
             self.run_step()
 
     def receive_and_dispatch(self, block: bool) -> None:
@@ -103,9 +102,17 @@ class Scheduler:
         for message in self.receiver.receive_pending():
             self.dispatcher(message)
 
+    @property
+    def is_idle(self) -> bool:
+        """Nothing can change until a message arrives: sleep until one does."""
+        return self.is_paused or not self.running and (not self.waiting or self.waiting_is_stuck)
+
     def run_step(self) -> None:
         if not self.is_paused:
-            self.admission.admit_waiting_requests()
+            admitted = self.admission.admit_waiting_requests()
+            # Nothing runs and nothing could be admitted: only a message (an abort,
+            # a new request, a control request) can change that.
+            self.waiting_is_stuck = not admitted and not self.running
             if self.running:
                 self.model_step.run()
         self.send_outputs()

@@ -155,7 +155,7 @@ def test_a_server_selects_it_in_toml_and_serves_tenants_fairly(fair_share_instal
     import httpx
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-    from running_server import TINY_SETTINGS, RunningServer
+    from running_server import TINY_SETTINGS, RunningServer, num_running, num_waiting, wait_for_ranks
 
     config_file = tmp_path / "tercet.toml"
     config_file.write_text('[scheduler]\npolicy = "fair-share"\nmax_running_requests = 1\n')
@@ -172,18 +172,20 @@ def test_a_server_selects_it_in_toml_and_serves_tenants_fairly(fair_share_instal
         finished.append(name)
 
     async def scenario():
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
-            first = asyncio.create_task(send(client, "a1", "a", 300))
-            await asyncio.sleep(0.5)  # a1 is running; the rest queue behind it
-            rest = [asyncio.create_task(send(client, name, tenant, 20))
-                    for name, tenant in [("a2", "a"), ("a3", "a"), ("b1", "b")]]
-            await asyncio.sleep(0.2)
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:
+            first = asyncio.create_task(send(client, "a1", "a", 900))
+            await asyncio.to_thread(wait_for_ranks, server.base_url, lambda ranks: num_running(ranks) == 1)
+            rest = []
+            for queued, (name, tenant) in enumerate([("a2", "a"), ("a3", "a"), ("b1", "b")], start=1):
+                # One at a time, so they arrive in this order, all while a1 runs.
+                rest.append(asyncio.create_task(send(client, name, tenant, 20)))
+                await asyncio.to_thread(wait_for_ranks, server.base_url, lambda ranks, q=queued: num_waiting(ranks) == q)
             await asyncio.gather(first, *rest)
 
     try:
         started = clock.monotonic()
         asyncio.run(scenario())
-        assert clock.monotonic() - started < 120
+        assert clock.monotonic() - started < 300
     finally:
         assert server.stop() == 0
     # First come, first served would finish a2 and a3 before b1.

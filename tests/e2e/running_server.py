@@ -68,3 +68,22 @@ class RunningServer:
                 self.process.wait()
         self.log_file.close()
         return self.process.returncode
+
+
+def wait_for_ranks(base_url: str, predicate, timeout: float = 60) -> list[dict]:
+    """Poll /get_server_info until ``predicate(ranks)`` holds; the ranks' states then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ranks = httpx.get(base_url + "/get_server_info", timeout=30).json()["ranks"]
+        if predicate(ranks):
+            return ranks
+        time.sleep(0.02)
+    raise TimeoutError(f"server state never matched; last: {ranks}")
+
+
+def num_running(ranks) -> int:
+    return sum(rank["num_running_requests"] for rank in ranks)
+
+
+def num_waiting(ranks) -> int:
+    return sum(rank["num_waiting_requests"] for rank in ranks)

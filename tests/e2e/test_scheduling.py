@@ -5,7 +5,7 @@ import asyncio
 import httpx
 import openai
 
-from running_server import TINY_SETTINGS
+from running_server import TINY_SETTINGS, num_running, wait_for_ranks
 
 SHARED_PREFIX = " ".join(f"rule {index}: be kind." for index in range(20))
 
@@ -43,14 +43,14 @@ def test_priority_preempts_a_running_low_priority_request(start_server, tiny_lla
 
     async def scenario():
         async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
-            low = asyncio.create_task(send(client, "low", 0, 600))
-            await asyncio.sleep(0.3)
+            low = asyncio.create_task(send(client, "low", 0, 900))
+            await asyncio.to_thread(wait_for_ranks, server.base_url, lambda ranks: num_running(ranks) == 1)
             urgent = asyncio.create_task(send(client, "urgent", 10, 10))
             return await asyncio.gather(low, urgent)
 
     low, urgent = asyncio.run(scenario())
     assert finished == ["urgent", "low"]
-    assert low["meta_info"]["completion_tokens"] == 600 and urgent["meta_info"]["completion_tokens"] == 10
+    assert low["meta_info"]["completion_tokens"] == 900 and urgent["meta_info"]["completion_tokens"] == 10
     assert "retracted request" in server.log()
 
 

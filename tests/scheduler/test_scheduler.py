@@ -168,3 +168,17 @@ def test_abort_of_a_completion_waiting_for_its_leaders_chunked_prompt(make_harne
     harness.send(AbortReq("g#1"))
     outputs = harness.run_until_finished()
     assert outputs.get("g#1", []) == [] and len(outputs["g#0"]) == 4
+
+
+def test_requests_held_by_the_batch_cap_start_when_the_running_one_finishes(make_harness):
+    harness = make_harness(max_running_requests=1)
+    harness.send(TokenizedGenerateReq("first", [1, 2, 3], greedy(3)))
+    harness.send(TokenizedGenerateReq("second", [4, 5, 6], greedy(3)))
+    for _ in range(3):
+        harness.step()
+    assert harness.scheduler.running == [] and len(harness.scheduler.waiting) == 1
+    # The loop must not sleep now: the waiting request can run.
+    assert not harness.scheduler.is_idle
+    harness.step()
+    assert [req.rid for req in harness.scheduler.running] == ["second"]
+    assert not harness.scheduler.is_idle
