@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -19,22 +16,10 @@ from tercet.sampling_params import SamplingParams
 from tercet.scheduler.policy import SchedulerView
 from tercet.scheduler.req import Req
 
+from contrib_install import contrib_installed
+
 DISTRIBUTION = "tercet-fair-share"
-SOURCE = Path(__file__).resolve().parents[2] / "contrib" / DISTRIBUTION
 NO_VIEW = SchedulerView(running=[], prefix_cache=None)
-
-
-def pip(*arguments):
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *arguments],
-                   check=True, timeout=300)
-
-
-def is_installed() -> bool:
-    try:
-        metadata.distribution(DISTRIBUTION)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
 
 
 def installed_policy_names() -> list[str]:
@@ -48,22 +33,9 @@ class Installation:
 
 @pytest.fixture(scope="session")
 def fair_share_installed(tmp_path_factory):
-    # A run that was interrupted may have left it installed; the "before" check needs it gone.
-    if is_installed():
-        pip("uninstall", "-y", DISTRIBUTION)
-    importlib.invalidate_caches()
-    before = installed_policy_names()
-
-    # Built from a copy, so the build leaves no build/ or egg-info in the source tree.
-    source = tmp_path_factory.mktemp("contrib") / DISTRIBUTION
-    shutil.copytree(SOURCE, source)
-    pip("install", "--no-deps", "--no-build-isolation", "--no-index", str(source))
-    importlib.invalidate_caches()
-    yield Installation(before)
-
-    pip("uninstall", "-y", DISTRIBUTION)
-    importlib.invalidate_caches()
-    sys.modules.pop("tercet_fair_share", None)
+    with contrib_installed(DISTRIBUTION, "tercet_fair_share", tmp_path_factory.mktemp("contrib"),
+                           installed_policy_names) as before:
+        yield Installation(before)
 
 
 def make_fair_share(config=None):

@@ -7,13 +7,10 @@ with two data-parallel ranks.
 
 from __future__ import annotations
 
-import importlib
 import json
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,24 +18,12 @@ import pytest
 
 from tercet.plugin_manager import PluginRegistries, collect_pairs, create_plugin_manager, message_handlers
 
+from contrib_install import contrib_installed
+
 DISTRIBUTION = "tercet-kv-stats"
 MODULE = "tercet_kv_stats"
 PLUGIN_NAME = "kv_stats"
 MESSAGE_TAG = "tercet_kv_stats.kv_stats_req"
-SOURCE = Path(__file__).resolve().parents[2] / "contrib" / DISTRIBUTION
-
-
-def pip(*arguments):
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *arguments],
-                   check=True, timeout=300)
-
-
-def is_installed() -> bool:
-    try:
-        metadata.distribution(DISTRIBUTION)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
 
 
 def registered_message_tags(load_entry_points: bool = True) -> list[str]:
@@ -53,23 +38,8 @@ class Installation:
 
 @pytest.fixture(scope="session")
 def kv_stats_installed(tmp_path_factory):
-    # A run that was interrupted may have left it installed; the "before" check needs it gone.
-    if is_installed():
-        pip("uninstall", "-y", DISTRIBUTION)
-    importlib.invalidate_caches()
-    sys.modules.pop(MODULE, None)
-    before = registered_message_tags()
-
-    # Built from a copy, so the build leaves no build/ or egg-info in the source tree.
-    source = tmp_path_factory.mktemp("contrib") / DISTRIBUTION
-    shutil.copytree(SOURCE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip("install", "--no-deps", "--no-build-isolation", "--no-index", str(source))
-    importlib.invalidate_caches()
-    yield Installation(before)
-
-    pip("uninstall", "-y", DISTRIBUTION)
-    importlib.invalidate_caches()
-    sys.modules.pop(MODULE, None)
+    with contrib_installed(DISTRIBUTION, MODULE, tmp_path_factory.mktemp("contrib"), registered_message_tags) as before:
+        yield Installation(before)
 
 
 def installed_plugin():
