@@ -48,6 +48,11 @@ class ServerConfig:
     api_key: str | None = None
     log_level: str = _choice("info", "debug", "info", "warning", "error")
     startup_timeout: float = _at_least(900.0, 1.0)
+    # Seconds GET /health_generate waits for its one-token generation before answering 503.
+    health_generate_timeout: float = _at_least(20.0, 0.1)
+    # A child process that dies later: stop the server ("exit"), or keep it up
+    # answering 503 on health checks and generation ("unhealthy").
+    on_child_failure: str = _choice("exit", "exit", "unhealthy")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Order: PortArgs names every endpoint -> the scheduler binds and reports ready
 -> the detokenizer binds and reports ready -> the TokenizerManager connects ->
 HTTP listens. Any failure on the way, or a child dying later, stops
 everything with a message naming the child, a non-zero exit and no process
-left behind.
+left behind; with ``server.on_child_failure = "unhealthy"`` a child dying later
+instead leaves the server up, answering 503 until it is stopped (then exiting 1).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
         tokenizer_manager,
         api_key=config.server.api_key,
         extra_routes=collect_pairs(context.plugin_manager, "register_http_routes"),
+        health_generate_timeout=config.server.health_generate_timeout,
     )
 
     loop = asyncio.get_running_loop()
@@ -97,6 +99,17 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
         nonlocal exit_code
         exit_code = 1
         tokenizer_manager.unhealthy_reason = f"{name} process died ({reason})"
+        if config.server.on_child_failure == "unhealthy":
+            # Stay up so the failure is visible: health checks and generation answer 503.
+            logger.error(
+                "%s process died (%s); the server stays up and answers 503 (server.on_child_failure = unhealthy)",
+                name, reason,
+            )
+            try:
+                loop.call_soon_threadsafe(tokenizer_manager.fail_requests_in_flight, tokenizer_manager.unhealthy_reason)
+            except RuntimeError:  # the loop already closed
+                pass
+            return
         logger.error("%s process died (%s); stopping the server", name, reason)
         try:
             loop.call_soon_threadsafe(stop.set)

@@ -26,7 +26,7 @@ from tercet.control_messages import ControlReply, ControlRequest
 from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
 from tercet.io_struct import GenerateOutput, GenerateRequest
-from tercet.messages import AbortReq, BatchStrOutput, TokenizedGenerateReq, TokenLogprobs, choice_rid
+from tercet.messages import AbortReq, BatchStrOutput, FinishReason, TokenizedGenerateReq, TokenLogprobs, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 
@@ -231,6 +231,16 @@ class TokenizerManager:
     def handle_control_reply(self, reply: ControlReply) -> None:
         for communicator in self.communicators.values():
             communicator.handle_reply(reply)
+
+    def fail_requests_in_flight(self, reason: str) -> None:
+        """End every request held here with a 503 abort: with a child dead, their
+        outputs would never come. Runs on the event loop."""
+        finish = FinishReason("abort", message=f"the server is unhealthy: {reason}", status_code=503)
+        for rid, state in list(self.rid_to_state.items()):
+            if not state.finished:
+                state.out_list.append(GenerateOutput(rid, "", [], finish, 0, 0, index=state.index))
+                state.finished = True
+                state.event.set()
 
     def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
         for position, rid in enumerate(batch.rids):

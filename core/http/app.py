@@ -10,59 +10,72 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
-from tercet.http import control_api, native_api, openai_api
+from tercet.http import control_api, health, native_api, openai_api
 from tercet.http.errors import error_response, internal_error_response, request_error_response
+from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
 
 logger = logging.getLogger(__name__)
 
 Endpoint = Callable[[Request, object], Awaitable[Response]]
 RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
-# Load balancers and supervisors probe /health without credentials.
-UNAUTHENTICATED_PATHS = frozenset({"/health"})
+# Load balancers and supervisors probe /health and /health_generate without
+# credentials (concurrent /health_generate probes share one generation).
+UNAUTHENTICATED_PATHS = health.PATHS
 # Not a real HTTP status: nginx's "client closed request", for logs only.
 CLIENT_CLOSED_REQUEST = 499
 
 
-async def health(request: Request, tokenizer_manager) -> Response:
-    if tokenizer_manager.is_healthy():
-        return JSONResponse({"status": "ok"})
-    body = {"status": "unhealthy"}
-    reason = getattr(tokenizer_manager, "unhealthy_reason", None)
-    if reason:
-        body["reason"] = reason
-    return JSONResponse(body, status_code=503)
-
-
 BUILTIN_ROUTES: list[RouteSpec] = [
-    ("/health", health, ["GET"]),
+    *health.ROUTES,
     *openai_api.ROUTES,
     *native_api.ROUTES,
     *control_api.ROUTES,
 ]
+# Built-in routes that need the child processes: once one died (and the server
+# stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
+NEEDS_CHILDREN = frozenset(
+    path for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES] if path != "/v1/models"
+)
 
 
-def create_app(tokenizer_manager, api_key: str | None = None, extra_routes: Iterable[RouteSpec] = ()) -> Starlette:
+def create_app(
+    tokenizer_manager,
+    api_key: str | None = None,
+    extra_routes: Iterable[RouteSpec] = (),
+    health_generate_timeout: float = DEFAULT_HEALTH_GENERATE_TIMEOUT,
+) -> Starlette:
     """Build the API server's app.
 
     ``extra_routes`` are ``(path, endpoint, methods)`` from plugins'
     ``register_http_routes``; ``endpoint(request, tokenizer_manager)`` returns a
     starlette response. Built-in routes win over a plugin route with the same path.
+    ``health_generate_timeout`` bounds ``GET /health_generate``'s generation, in seconds.
     """
     routes = [
+        Route(path, _bind(endpoint, tokenizer_manager, path in NEEDS_CHILDREN), methods=methods, name=endpoint.__name__)
+        for path, endpoint, methods in BUILTIN_ROUTES
+    ] + [
         Route(path, _bind(endpoint, tokenizer_manager), methods=methods, name=endpoint.__name__)
-        for path, endpoint, methods in [*BUILTIN_ROUTES, *extra_routes]
+        for path, endpoint, methods in extra_routes
     ]
     middleware = [Middleware(BearerTokenAuth, api_key=api_key)] if api_key else []
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_exception})
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_exception})
+    app.state.health_generate_probe = HealthGenerateProbe(tokenizer_manager, health_generate_timeout)
+    return app
 
 
-def _bind(endpoint: Endpoint, tokenizer_manager) -> Callable[[Request], Awaitable[Response]]:
+def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
+        if needs_children:
+            reason = health.unhealthy_reason(tokenizer_manager)
+            if reason is not None:
+                # No Retry-After: the server will not recover by itself.
+                return error_response(f"the server is unhealthy: {reason}", 503)
         try:
             return await endpoint(request, tokenizer_manager)
         except RequestError as exc:

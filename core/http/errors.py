@@ -63,8 +63,15 @@ def payload_for(exc: RequestError) -> dict:
     return error_payload(exc.message, exc.status_code, exc.param, getattr(exc, "code", None))
 
 
+# Seconds a client refused for overload should wait before retrying.
+OVERLOAD_RETRY_AFTER = "1"
+
+
 def request_error_response(exc: RequestError) -> JSONResponse:
-    return JSONResponse(payload_for(exc), status_code=exc.status_code)
+    # A refused request's 503 means the server is full for now (the
+    # TokenizerManager's "already holds N requests"): say when to come back.
+    headers = {"Retry-After": OVERLOAD_RETRY_AFTER} if exc.status_code == 503 else None
+    return JSONResponse(payload_for(exc), status_code=exc.status_code, headers=headers)
 
 
 INTERNAL_ERROR_MESSAGE = "internal server error; the server log has the details"

@@ -1,0 +1,90 @@
+"""/health and /health_generate on a real server; server.on_child_failure; Retry-After on overload."""
+
+import asyncio
+import os
+import re
+import signal
+import time
+
+import httpx
+import psutil
+
+from running_server import TINY_SETTINGS, RunningServer, num_running, num_waiting, wait_for_ranks
+
+
+def poll_status(url: str, wanted: int, timeout: float = 30) -> httpx.Response:
+    """GET ``url`` until it answers ``wanted``; that response."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = httpx.get(url, timeout=10)
+        if response.status_code == wanted:
+            return response
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} never answered {wanted}; last: {response.status_code} {response.text}")
+
+
+def test_health_generate_on_a_live_server(tiny_server):
+    response = httpx.get(tiny_server.base_url + "/health_generate", timeout=60)
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+    async def probe_together():
+        async with httpx.AsyncClient(base_url=tiny_server.base_url, timeout=60) as client:
+            return await asyncio.gather(*[client.get("/health_generate") for _ in range(4)])
+
+    assert [r.status_code for r in asyncio.run(probe_together())] == [200] * 4
+    # The probes left nothing behind in the scheduler.
+    wait_for_ranks(tiny_server.base_url, lambda ranks: num_running(ranks) == 0 and num_waiting(ranks) == 0)
+
+
+def test_a_dead_scheduler_leaves_an_unhealthy_server_up(tmp_path, tiny_llama_dir):
+    settings = TINY_SETTINGS + ["server.on_child_failure=unhealthy"]
+    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", settings).wait_until_healthy()
+    try:
+        children = [child.pid for child in server.child_processes()]
+        scheduler_pid = int(re.search(r"scheduler is ready \(pid (\d+)\)", server.log()).group(1))
+        assert scheduler_pid in children
+        os.kill(scheduler_pid, signal.SIGKILL)
+
+        health = poll_status(server.base_url + "/health", 503)
+        assert health.json()["status"] == "unhealthy"
+        assert "scheduler process died (killed by signal SIGKILL)" in health.json()["reason"]
+        assert server.process.poll() is None  # still serving
+
+        health_generate = httpx.get(server.base_url + "/health_generate", timeout=30)
+        assert health_generate.status_code == 503 and "scheduler" in health_generate.json()["reason"]
+        body = {"text": "Hi", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+        generate = httpx.post(server.base_url + "/generate", json=body, timeout=30)
+        assert generate.status_code == 503 and "scheduler process died" in generate.json()["error"]["message"]
+        assert server.process.poll() is None
+    finally:
+        returncode = server.stop()
+    assert returncode != 0  # a child died during the run
+    assert "scheduler process died (killed by signal SIGKILL)" in server.log()
+    deadline = time.monotonic() + 5
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in children):
+        assert time.monotonic() < deadline, "a child process outlived the server"
+        time.sleep(0.1)
+
+
+def test_overload_503_carries_retry_after(start_server, tiny_llama_dir):
+    server = start_server(
+        tiny_llama_dir, TINY_SETTINGS + ["scheduler.max_running_requests=1", "scheduler.max_queued_requests=1"]
+    )
+    body = {"text": "Count", "sampling_params": {"max_new_tokens": 600, "temperature": 0, "ignore_eos": True}}
+
+    async def send_three():
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:
+            first_two = [asyncio.create_task(client.post("/generate", json=body)) for _ in range(2)]
+            await asyncio.to_thread(
+                wait_for_ranks, server.base_url, lambda ranks: num_running(ranks) == 1 and num_waiting(ranks) == 1
+            )
+            third = await client.post("/generate", json=body)
+            openai = await client.post("/v1/completions", json={"prompt": "Count", "max_tokens": 4})
+            return third, openai, await asyncio.gather(*first_two)
+
+    third, openai, first_two = asyncio.run(send_three())
+    for refused in (third, openai):
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        assert "max_queued_requests" in refused.json()["error"]["message"]
+    assert [response.status_code for response in first_two] == [200, 200]
