@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
-from tercet.http import control_api, health, native_api, openai_api
+from tercet.http import control_api, health, native_api, openai_api, openapi
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
 
@@ -35,6 +35,7 @@ BUILTIN_ROUTES: list[RouteSpec] = [
     *openai_api.ROUTES,
     *native_api.ROUTES,
     *control_api.ROUTES,
+    *openapi.ROUTES,
 ]
 # Built-in routes that need the child processes: once one died (and the server
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.

@@ -1,0 +1,196 @@
+"""The OpenAPI document: valid, complete, and in step with the request parsers."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema_rs
+import pytest
+import schemathesis
+from http_stand_in import MODEL, StandInTokenizerManager, client_for
+from tercet.errors import RequestError
+from tercet.http import openapi
+from tercet.http.app import BUILTIN_ROUTES, create_app
+from tercet.http.native_request import parse_generate_request
+from tercet.http.openai_request import parse_completion_request
+
+STAND_IN_VOCAB = StandInTokenizerManager.vocab_size
+
+
+def test_the_document_is_valid_openapi():
+    for document in (openapi.DOCUMENT, openapi.build_document(max_tokens_limit=64, include_update_weights=False)):
+        schemathesis.openapi.from_dict(document).validate()
+
+
+def test_an_invalid_document_is_caught():
+    # The validity check above has teeth.
+    broken = copy.deepcopy(openapi.DOCUMENT)
+    broken["paths"]["/health"]["get"]["responses"] = "nope"
+    with pytest.raises(jsonschema_rs.ValidationError):
+        schemathesis.openapi.from_dict(broken).validate()
+
+
+def test_openapi_spec_validator_agrees():
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(openapi.DOCUMENT)
+
+
+def test_every_builtin_route_is_described():
+    operations = {(path, method.lower()) for path, item in openapi.DOCUMENT["paths"].items() for method in item}
+    for path, _, methods in BUILTIN_ROUTES:
+        for method in methods:
+            assert (path, method.lower()) in operations
+    expected = {
+        ("/generate", "post"),
+        ("/v1/completions", "post"),
+        ("/v1/chat/completions", "post"),
+        ("/v1/models", "get"),
+        ("/health", "get"),
+        ("/health_generate", "get"),
+        ("/flush_cache", "post"),
+        ("/get_server_info", "get"),
+        ("/abort_request", "post"),
+        ("/pause_generation", "post"),
+        ("/continue_generation", "post"),
+        ("/update_weights_from_disk", "post"),
+    }
+    assert expected <= operations
+
+
+def test_operation_ids_are_unique():
+    ids = [op["operationId"] for item in openapi.DOCUMENT["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids))
+
+
+def test_fuzzing_variant_caps_tokens_and_drops_paths():
+    document = openapi.build_document(max_tokens_limit=64, include_update_weights=False, exclude_paths=("/pause_generation",))
+    schemas = document["components"]["schemas"]
+    assert schemas["CompletionRequest"]["properties"]["max_tokens"]["maximum"] == 64
+    assert schemas["ChatCompletionRequest"]["properties"]["max_completion_tokens"]["maximum"] == 64
+    native = schemas["GenerateRequest"]["properties"]["sampling_params"]["properties"]
+    assert native["max_new_tokens"]["maximum"] == 64 and native["min_new_tokens"]["maximum"] == 64
+    assert "/update_weights_from_disk" not in document["paths"]
+    assert "/pause_generation" not in document["paths"]
+    assert "maximum" not in openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["max_tokens"]
+
+
+@pytest.mark.anyio
+async def test_served_at_openapi_json():
+    app = create_app(StandInTokenizerManager(), extra_routes=openapi.ROUTES)
+    async with client_for(app) as client:
+        response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == openapi.DOCUMENT
+
+
+def _as_json_schema(schema):
+    """OpenAPI 3.0's ``nullable`` spelled as JSON Schema, so jsonschema_rs can check a body."""
+    if isinstance(schema, list):
+        return [_as_json_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    converted = {key: _as_json_schema(value) for key, value in schema.items() if key != "nullable"}
+    if schema.get("nullable") and "type" in schema:
+        converted["type"] = [schema["type"], "null"]
+    return converted
+
+
+@pytest.mark.parametrize(
+    "path, body, status",
+    [
+        ("/v1/completions", {"prompt": "Say", "temperature": -1}, 400),
+        ("/v1/completions", {"prompt": "Say", "model": "other"}, 404),
+        ("/generate", {"text": "Say", "sampling_params": {"bogus": 1}}, 400),
+        ("/nowhere", {}, 404),
+    ],
+)
+@pytest.mark.anyio
+async def test_error_responses_match_the_error_schema(path, body, status):
+    validator = jsonschema_rs.validator_for(_as_json_schema(openapi.error_schema()))
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        response = await client.post(path, json=body)
+    assert response.status_code == status
+    validator.validate(response.json())
+
+
+# -- the document's ranges are the parsers' ranges ---------------------------------
+
+NATIVE_SAMPLING = openapi.DOCUMENT["components"]["schemas"]["GenerateRequest"]["properties"]["sampling_params"]
+OPENAI_COMPLETION = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]
+BOUNDED = [
+    (name, schema)
+    for name, schema in NATIVE_SAMPLING["properties"].items()
+    if schema.get("type") in ("integer", "number") and ("minimum" in schema or "maximum" in schema)
+]
+
+
+def _inside_and_outside(schema):
+    """Values at the schema's edges (accepted) and just past them (refused)."""
+    step = 1 if schema["type"] == "integer" else 1e-3
+    inside, outside = [], []
+    if "minimum" in schema:
+        low = schema["minimum"]
+        if schema.get("exclusiveMinimum"):
+            inside.append(low + step)
+            outside.append(low)
+        else:
+            inside.append(low)
+            outside.append(low - step)
+    if "maximum" in schema:
+        inside.append(schema["maximum"])
+        outside.append(schema["maximum"] + step)
+    return inside, outside
+
+
+def _generate(sampling_params: dict, **top_level):
+    body = {"text": "Say", "sampling_params": sampling_params, **top_level}
+    return parse_generate_request(body, STAND_IN_VOCAB)
+
+
+def _context_for(name: str, value) -> dict:
+    # min_new_tokens may not exceed max_new_tokens.
+    return {"max_new_tokens": value} if name == "min_new_tokens" else {}
+
+
+@pytest.mark.parametrize("name, schema", BOUNDED, ids=[name for name, _ in BOUNDED])
+def test_native_sampling_ranges_match_the_parser(name, schema):
+    inside, outside = _inside_and_outside(schema)
+    for value in inside:
+        _generate({name: value, **_context_for(name, value)})
+    for value in outside:
+        with pytest.raises(RequestError):
+            _generate({name: value, **_context_for(name, value)})
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_p", "top_k", "min_p", "repetition_penalty", "n", "logprobs"])
+def test_completion_ranges_match_the_parser(name):
+    inside, outside = _inside_and_outside(OPENAI_COMPLETION["properties"][name])
+    for value in inside:
+        parse_completion_request({"prompt": "Say", name: value}, MODEL, STAND_IN_VOCAB)
+    for value in outside:
+        with pytest.raises(RequestError):
+            parse_completion_request({"prompt": "Say", name: value}, MODEL, STAND_IN_VOCAB)
+
+
+def test_native_top_level_ranges_match_the_parser():
+    properties = openapi.DOCUMENT["components"]["schemas"]["GenerateRequest"]["properties"]
+    assert properties["logprob_start_len"]["minimum"] == -1
+    _generate({}, logprob_start_len=-1)
+    with pytest.raises(RequestError):
+        _generate({}, logprob_start_len=-2)
+    inside, outside = _inside_and_outside(properties["top_logprobs_num"])
+    for value in inside:
+        _generate({}, top_logprobs_num=value)
+    for value in outside:
+        with pytest.raises(RequestError):
+            _generate({}, top_logprobs_num=value)
+
+
+def test_unknown_sampling_keys_are_refused_as_documented():
+    assert NATIVE_SAMPLING["additionalProperties"] is False
+    with pytest.raises(RequestError):
+        _generate({"bogus": 1})
+    for name in NATIVE_SAMPLING["properties"]:
+        # Every documented key is a key the parser knows (null: the default).
+        _generate({name: None})
