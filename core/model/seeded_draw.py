@@ -83,10 +83,12 @@ class SeededDraw:
         # Rounding can push the threshold onto the total; fall back to the last kept token.
         positions = torch.arange(weights.shape[-1], device=weights.device)
         last_kept = torch.where(weights > 0, positions, -1).amax(dim=-1, keepdim=True)
-        choice = torch.minimum(choice, last_kept)
-        if candidate_tokens is None:
-            return choice.squeeze(1)
-        return candidate_tokens.gather(1, choice).squeeze(1)
+        # A row with no positive weight left (every logit -inf or NaN after the
+        # edits) has nothing to draw from: take its best logit instead of index -1.
+        nothing_kept = last_kept < 0
+        choice = torch.where(nothing_kept, 0, torch.minimum(choice, last_kept))
+        tokens = choice if candidate_tokens is None else candidate_tokens.gather(1, choice)
+        return torch.where(nothing_kept, rows.argmax(dim=-1, keepdim=True), tokens).squeeze(1)
 
 
 def draws_for(params: list[SamplingParams], seeds: list[int], steps: list[int], device) -> list[SeededDraw]:
