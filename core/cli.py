@@ -1,4 +1,4 @@
-"""The ``tercet`` command: serve, config show, plugins."""
+"""The ``tercet`` command: serve, config show, plugins, bench, bench-offline, bench-ipc."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+from tercet.bench.ipc_roundtrip import add_ipc_arguments
+from tercet.bench.offline import add_offline_arguments
+from tercet.bench.serving_command import add_bench_arguments
 from tercet.config import config_as_toml, load_config, parse_set_options
 from tercet.errors import TercetError
 
@@ -54,19 +57,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", help="list installed plugins and what they register")
     plugins.add_argument("--json", action="store_true", help="print JSON")
+
+    bench = commands.add_parser(
+        "bench", help="benchmark an OpenAI-compatible server: throughput, TTFT, inter-token latency"
+    )
+    add_bench_arguments(bench)
+    bench_offline = commands.add_parser(
+        "bench-offline", help="tercet's engine (no HTTP, no IPC) against the plain transformers forward, same batch"
+    )
+    add_offline_arguments(bench_offline)
+    bench_ipc = commands.add_parser("bench-ipc", help="round trips per second over the IPC fabric, per serializer")
+    add_ipc_arguments(bench_ipc)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = build_parser().parse_args(argv)
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command == "bench" and arguments.concurrency is None and arguments.request_rate is None:
+        parser.error("bench needs --concurrency N, --request-rate R, or both")
     try:
         if arguments.command == "serve":
             from tercet.launch import launch_server
 
             return launch_server(config_from_arguments(arguments))
         if arguments.command == "config":
-            from tercet.plugin_manager import PluginRegistries, create_plugin_manager
             from tercet.config import check_plugin_choices
+            from tercet.plugin_manager import PluginRegistries, create_plugin_manager
 
             config = config_from_arguments(arguments)
             check_plugin_choices(config, PluginRegistries.from_plugin_manager(create_plugin_manager()))
@@ -79,6 +96,18 @@ def main(argv: list[str] | None = None) -> int:
             described = describe_plugins(create_plugin_manager())
             print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
             return 0
+        if arguments.command == "bench":
+            from tercet.bench.serving_command import run_bench
+
+            return run_bench(arguments)
+        if arguments.command == "bench-offline":
+            from tercet.bench.offline import run_from_arguments as run_offline
+
+            return run_offline(arguments)
+        if arguments.command == "bench-ipc":
+            from tercet.bench.ipc_roundtrip import run_from_arguments as run_ipc
+
+            return run_ipc(arguments)
     except TercetError as error:
         print(f"tercet: error: {error}", file=sys.stderr)
         return 2 if arguments.command == "config" else 1

@@ -53,6 +53,18 @@ class ServerConfig:
     # A child process that dies later: stop the server ("exit"), or keep it up
     # answering 503 on health checks and generation ("unhealthy").
     on_child_failure: str = _choice("exit", "exit", "unhealthy")
+    # A scheduler step (or any busy stretch without progress) longer than this
+    # many seconds counts as the scheduler failing: it is killed, and
+    # on_child_failure applies.
+    watchdog_timeout: float = _at_least(300.0, 0.1)
+    # On SIGTERM/SIGINT new requests get 503 and requests in flight get up to
+    # this many seconds to finish before they are ended and the children stopped.
+    shutdown_timeout: float = _at_least(30.0, 0.0)
+    # Request bodies larger than this are refused with 413 before they are parsed.
+    max_request_body_bytes: int = _at_least(16 * 1024 * 1024, 1024)
+    # Seconds between "where the time goes" log lines of each process (receive,
+    # schedule, forward, sampling, output, detokenize…); 0 turns profiling off.
+    profile_interval: float = _at_least(0.0, 0.0)
 
 
 @dataclass(frozen=True)

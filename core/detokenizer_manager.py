@@ -8,6 +8,8 @@ holds back text that may still become one.
 
 from __future__ import annotations
 
+import logging
+
 import zmq
 
 from tercet.channels import MessageReceiver, MessageSender
@@ -16,8 +18,10 @@ from tercet.dispatcher import TypeBasedDispatcher
 from tercet.messages import BatchStrOutput, BatchTokenIDOutput, DetokenizeParams, FinishReason
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
+from tercet.stage_timer import stage_timer
 from tercet.stop_strings import StopStringFilter
 
+logger = logging.getLogger(__name__)
 DEFAULT_DETOKENIZE_PARAMS = DetokenizeParams()
 
 
@@ -30,6 +34,7 @@ class DetokenizerManager:
         self.detokenizer = context.registries.detokenizers.get(context.config.detokenizer.strategy)(tokenizer)
         self.started_rids: set[str] = set()
         self.stop_filters: dict[str, StopStringFilter] = {}
+        self.timer = stage_timer("detokenizer", context.config.server.profile_interval, logger)
         self.dispatcher = TypeBasedDispatcher(
             [
                 (BatchTokenIDOutput, self.handle_batch_token_id_output),
@@ -43,8 +48,11 @@ class DetokenizerManager:
     def run_forever(self) -> None:
         while True:
             self.receiver.poll(timeout_ms=None)
-            for message in self.receiver.receive_pending():
+            with self.timer.stage("receive"):
+                messages = self.receiver.receive_pending()
+            for message in messages:
                 self.dispatcher(message)
+            self.timer.end_step()
 
     def close(self) -> None:
         self.receiver.close()
@@ -52,12 +60,17 @@ class DetokenizerManager:
         self.zmq_context.term()
 
     def handle_batch_token_id_output(self, batch: BatchTokenIDOutput) -> None:
-        text_deltas = [
-            self.text_delta(rid, token_ids, finish_reason, params)
-            for rid, token_ids, finish_reason, params in zip(
-                batch.rids, batch.new_token_ids, batch.finished_reasons, batch.detokenize_params
-            )
-        ]
+        with self.timer.stage("detokenize"):
+            text_deltas = [
+                self.text_delta(rid, token_ids, finish_reason, params)
+                for rid, token_ids, finish_reason, params in zip(
+                    batch.rids, batch.new_token_ids, batch.finished_reasons, batch.detokenize_params
+                )
+            ]
+        with self.timer.stage("send"):
+            self.send_text(batch, text_deltas)
+
+    def send_text(self, batch: BatchTokenIDOutput, text_deltas: list[str]) -> None:
         self.sender_to_tokenizer.send(
             BatchStrOutput(
                 rids=batch.rids,

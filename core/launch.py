@@ -23,6 +23,7 @@ from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext, configure_logging
 from tercet.scheduler.process import run_scheduler_process
 from tercet.supervisor import ChildFailed, ChildSupervisor
+from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger("tercet.launch")
 
@@ -60,7 +61,10 @@ def launch_server(config: TercetConfig) -> int:
         dp_size = config.scheduler.dp_size
         for rank in range(dp_size):
             name = "scheduler" if dp_size == 1 else f"scheduler-{rank}"
-            scheduler_info = supervisor.start(name, run_scheduler_process, (config, port_args, rank), timeout)
+            heartbeat = StepHeartbeat()
+            scheduler_info = supervisor.start(
+                name, run_scheduler_process, (config, port_args, rank, heartbeat), timeout, heartbeat
+            )
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
         return asyncio.run(serve_api(context, port_args, supervisor, scheduler_info["context_len"]))
     except ChildFailed as failure:
@@ -87,42 +91,102 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
         api_key=config.server.api_key,
         extra_routes=collect_pairs(context.plugin_manager, "register_http_routes"),
         health_generate_timeout=config.server.health_generate_timeout,
+        max_request_body_bytes=config.server.max_request_body_bytes,
     )
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     exit_code = 0
+    graceful_stop = GracefulStop(tokenizer_manager, config.server.shutdown_timeout, stop)
     for signal_number in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signal_number, stop.set)
+        loop.add_signal_handler(signal_number, graceful_stop.on_signal, signal_number)
 
     def on_child_death(name: str, reason: str) -> None:
         nonlocal exit_code
         exit_code = 1
         tokenizer_manager.unhealthy_reason = f"{name} process died ({reason})"
+        # With a child dead the outputs of requests in flight will never come.
+        end_requests = (tokenizer_manager.fail_requests_in_flight,
+                        f"the server is unhealthy: {tokenizer_manager.unhealthy_reason}")
         if config.server.on_child_failure == "unhealthy":
             # Stay up so the failure is visible: health checks and generation answer 503.
             logger.error(
                 "%s process died (%s); the server stays up and answers 503 (server.on_child_failure = unhealthy)",
                 name, reason,
             )
-            try:
-                loop.call_soon_threadsafe(tokenizer_manager.fail_requests_in_flight, tokenizer_manager.unhealthy_reason)
-            except RuntimeError:  # the loop already closed
-                pass
+            _call_in_loop(loop, *end_requests)
             return
         logger.error("%s process died (%s); stopping the server", name, reason)
-        try:
-            loop.call_soon_threadsafe(stop.set)
-        except RuntimeError:  # the loop already closed: the server is stopping anyway
-            pass
+        _call_in_loop(loop, *end_requests)
+        _call_in_loop(loop, stop.set)
 
-    supervisor.watch(on_child_death)
+    supervisor.watch(on_child_death, watchdog_timeout=config.server.watchdog_timeout)
     context.plugin_manager.hook.tercet_startup(component="server", config=config)
     try:
-        await serve_http(app, config.server.host, config.server.port, shutdown_trigger=stop.wait)
+        await serve_http(
+            app, config.server.host, config.server.port, shutdown_trigger=stop.wait,
+            graceful_timeout=HTTP_CLOSE_SECONDS,
+        )
     except OSError as error:
         raise TercetError(f"cannot listen on {config.server.host}:{config.server.port}: {error}") from None
     finally:
         context.plugin_manager.hook.tercet_shutdown(component="server")
         tokenizer_manager.close()
     return exit_code
+
+
+# Once requests in flight are finished or ended, the seconds hypercorn gives
+# their connections to send what is left.
+HTTP_CLOSE_SECONDS = 1.0
+
+
+def _call_in_loop(loop: asyncio.AbstractEventLoop, function, *args) -> None:
+    try:
+        loop.call_soon_threadsafe(function, *args)
+    except RuntimeError:  # the loop already closed: the server is stopping anyway
+        pass
+
+
+class GracefulStop:
+    """The first SIGTERM/SIGINT drains: new requests get 503 while those in flight
+    finish, for up to ``server.shutdown_timeout`` seconds; then the rest are ended
+    with a 503 and HTTP stops (the children are stopped after it, in reverse
+    start order). A second signal stops at once."""
+
+    POLL_SECONDS = 0.05
+
+    def __init__(self, tokenizer_manager, timeout: float, stop: asyncio.Event):
+        self.tokenizer_manager = tokenizer_manager
+        self.timeout = timeout
+        self.stop = stop
+        self.drain_task: asyncio.Task | None = None
+
+    def on_signal(self, signal_number: int) -> None:
+        name = signal.Signals(signal_number).name
+        if self.drain_task is None:
+            self.drain_task = asyncio.get_running_loop().create_task(self.drain(name))
+            return
+        logger.warning("%s again: stopping without waiting for requests in flight", name)
+        self.end_the_rest()
+
+    async def drain(self, signal_name: str) -> None:
+        self.tokenizer_manager.is_draining = True
+        in_flight = self.tokenizer_manager.num_requests_in_flight
+        logger.info(
+            "%s: refusing new requests; waiting up to %g s (server.shutdown_timeout) for %d in flight",
+            signal_name, self.timeout, in_flight,
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while self.tokenizer_manager.num_requests_in_flight and loop.time() < deadline and not self.stop.is_set():
+            await asyncio.sleep(self.POLL_SECONDS)
+        self.end_the_rest()
+
+    def end_the_rest(self) -> None:
+        left = self.tokenizer_manager.num_requests_in_flight
+        if left:
+            logger.warning("ending %d requests still in flight: the server is stopping", left)
+            self.tokenizer_manager.fail_requests_in_flight(
+                f"the server stopped before the request finished (server.shutdown_timeout = {self.timeout:g} s)"
+            )
+        self.stop.set()

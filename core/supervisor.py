@@ -2,7 +2,9 @@
 
 Children are spawned (never forked: torch and ZeroMQ do not survive a fork),
 report ready or their failure reason over a pipe, and are watched for the rest
-of the server's life: a child that dies stops the whole server.
+of the server's life: a child that dies stops the whole server. A child with a
+heartbeat (a scheduler) that stays busy without progress for longer than the
+watchdog timeout is killed and reported like one that died.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tercet.errors import TercetError
+from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger(__name__)
 _spawn = multiprocessing.get_context("spawn")
@@ -33,6 +36,11 @@ class ChildFailed(TercetError):
 class Child:
     name: str
     process: multiprocessing.Process
+    heartbeat: StepHeartbeat | None = None
+
+
+# How often the watcher looks at heartbeats when a watchdog is set.
+WATCHDOG_POLL_SECONDS = 0.25
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -51,13 +59,19 @@ class ChildSupervisor:
         self.children: list[Child] = []
         self.is_stopping = False
 
-    def start(self, name: str, target: Callable, args: tuple, timeout: float) -> dict:
-        """Start a child and wait until it reports ready; return what it reported."""
+    def start(
+        self, name: str, target: Callable, args: tuple, timeout: float, heartbeat: StepHeartbeat | None = None
+    ) -> dict:
+        """Start a child and wait until it reports ready; return what it reported.
+
+        ``target(*args, ready_writer)`` runs in the child; a ``heartbeat`` the
+        child beats is watched by :meth:`watch`.
+        """
         reader, writer = _spawn.Pipe(duplex=False)
         process = _spawn.Process(target=target, args=(*args, writer), name=f"tercet-{name}")
         process.start()
         writer.close()
-        self.children.append(Child(name, process))
+        self.children.append(Child(name, process, heartbeat))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if reader.poll(0.2):
@@ -74,25 +88,53 @@ class ChildSupervisor:
                 raise ChildFailed(name, describe_exit(process.exitcode))
         raise ChildFailed(name, f"not ready after {timeout:.0f} s (server.startup_timeout)")
 
-    def watch(self, on_death: Callable[[str, str], None]) -> None:
-        """Call ``on_death(name, reason)`` from a thread when any child dies."""
+    def watch(self, on_death: Callable[[str, str], None], watchdog_timeout: float | None = None) -> None:
+        """Call ``on_death(name, reason)`` from a thread when any child dies, or
+        when a child with a heartbeat has been busy for ``watchdog_timeout``
+        seconds without progress (it is killed first)."""
 
-        def wait_for_a_death():
+        def watch_children():
             sentinels = {child.process.sentinel: child for child in self.children}
-            ready = multiprocessing.connection.wait(list(sentinels))
-            if self.is_stopping:
-                return
-            child = sentinels[ready[0]]
-            child.process.join(1)
-            on_death(child.name, describe_exit(child.process.exitcode))
+            poll = WATCHDOG_POLL_SECONDS if watchdog_timeout is not None else None
+            while True:
+                ready = multiprocessing.connection.wait(list(sentinels), timeout=poll)
+                if self.is_stopping:
+                    return
+                if ready:
+                    child = sentinels[ready[0]]
+                    child.process.join(1)
+                    on_death(child.name, describe_exit(child.process.exitcode))
+                    return
+                stalled = self._stalled_child(watchdog_timeout)
+                if stalled is not None:
+                    child, seconds = stalled
+                    child.process.kill()
+                    child.process.join(5)
+                    on_death(
+                        child.name,
+                        f"busy for {seconds:.1f} s without progress, over server.watchdog_timeout = "
+                        f"{watchdog_timeout:g} s; killed by the watchdog",
+                    )
+                    return
 
-        threading.Thread(target=wait_for_a_death, name="tercet-child-watch", daemon=True).start()
+        threading.Thread(target=watch_children, name="tercet-child-watch", daemon=True).start()
+
+    def _stalled_child(self, watchdog_timeout: float | None) -> tuple[Child, float] | None:
+        if watchdog_timeout is None:
+            return None
+        for child in self.children:
+            if child.heartbeat is not None:
+                seconds = child.heartbeat.stalled_for()
+                if seconds > watchdog_timeout:
+                    return child, seconds
+        return None
 
     def stop_all(self, timeout: float = 5.0) -> None:
         """Stop children in reverse start order: terminate, then kill what lingers."""
         self.is_stopping = True
         for child in reversed(self.children):
             if child.process.is_alive():
+                logger.info("stopping %s (pid %d)", child.name, child.process.pid)
                 child.process.terminate()
                 child.process.join(timeout)
             if child.process.is_alive():

@@ -29,6 +29,7 @@ from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.messages import AbortReq, BatchStrOutput, FinishReason, TokenizedGenerateReq, TokenLogprobs, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
+from tercet.stage_timer import stage_timer
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,10 @@ class TokenizerManager:
             ]
         )
         self.unhealthy_reason: str | None = None
+        # Receiving (and decoding) happens while awaiting, so only dispatch is timed here.
+        self.timer = stage_timer("tokenizer", context.config.server.profile_interval, logger)
+        # Set on SIGTERM: new requests are refused while those in flight finish.
+        self.is_draining = False
         self.handle_loop_task: asyncio.Task | None = None
 
     # -- lifecycle ----------------------------------------------------------
@@ -89,9 +94,11 @@ class TokenizerManager:
         while True:
             message = await self.receiver.receive()
             try:
-                self.dispatcher(message)
+                with self.timer.stage("dispatch"):
+                    self.dispatcher(message)
             except Exception:
                 logger.exception("failed to handle %s", type(message).__name__)
+            self.timer.end_step()
 
     def close(self) -> None:
         if self.handle_loop_task is not None:
@@ -102,6 +109,11 @@ class TokenizerManager:
 
     def is_healthy(self) -> bool:
         return self.unhealthy_reason is None
+
+    @property
+    def num_requests_in_flight(self) -> int:
+        """Completions whose caller has not consumed their last output yet."""
+        return len(self.rid_to_state)
 
     # -- requests -----------------------------------------------------------
 
@@ -137,6 +149,8 @@ class TokenizerManager:
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         """Outputs of every completion of the request; see :class:`GenerateOutput`."""
+        if self.is_draining:
+            raise RequestError("the server is shutting down; send the request to another instance", status_code=503)
         sampling_params = request.sampling_params
         sampling_params.validate(self.vocab_size)
         if len(self.rid_to_state) + sampling_params.n > self.max_requests_in_flight:
@@ -187,7 +201,9 @@ class TokenizerManager:
                     collected[choice].extend(pieces)
                 elif pieces:
                     yield merge_outputs(pieces)
-            if all(state.finished for state in states.values()):
+            # Outputs that came in while this generator was suspended at a
+            # yield are still in out_list (with the event set): go round again.
+            if all(state.finished and not state.out_list for state in states.values()):
                 break
         if not stream:
             for pieces in collected.values():
@@ -232,10 +248,11 @@ class TokenizerManager:
         for communicator in self.communicators.values():
             communicator.handle_reply(reply)
 
-    def fail_requests_in_flight(self, reason: str) -> None:
-        """End every request held here with a 503 abort: with a child dead, their
-        outputs would never come. Runs on the event loop."""
-        finish = FinishReason("abort", message=f"the server is unhealthy: {reason}", status_code=503)
+    def fail_requests_in_flight(self, message: str) -> None:
+        """End every request held here with a 503 abort carrying ``message``:
+        with a child dead, or the server stopping, their outputs would never
+        come. Runs on the event loop."""
+        finish = FinishReason("abort", message=message, status_code=503)
         for rid, state in list(self.rid_to_state.items()):
             if not state.finished:
                 state.out_list.append(GenerateOutput(rid, "", [], finish, 0, 0, index=state.index))

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from tercet.supervisor import ChildFailed, ChildSupervisor, describe_exit
+from tercet.watchdog import StepHeartbeat
 
 
 def report_ready(writer):
@@ -59,3 +60,58 @@ def test_watch_reports_a_death():
 def test_describe_exit():
     assert describe_exit(0) == "exited with code 0"
     assert describe_exit(-9) == "killed by signal SIGKILL"
+
+
+def hang_while_busy(heartbeat, writer):
+    writer.send(("ready", {}))
+    heartbeat.beat()  # a step starts and never ends
+    time.sleep(60)
+
+
+def beat_steadily(heartbeat, writer):
+    writer.send(("ready", {}))
+    while True:  # short steps, each a fresh beat, with rests between
+        heartbeat.beat()
+        time.sleep(0.05)
+        heartbeat.rest()
+        time.sleep(0.05)
+
+
+def wait_for(deaths, seconds):
+    deadline = time.monotonic() + seconds
+    while not deaths and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_watchdog_kills_a_child_stuck_in_a_step():
+    supervisor = ChildSupervisor()
+    deaths = []
+    heartbeat = StepHeartbeat()
+    try:
+        supervisor.start("scheduler", hang_while_busy, (heartbeat,), timeout=60, heartbeat=heartbeat)
+        started = time.monotonic()
+        supervisor.watch(lambda name, reason: deaths.append((name, reason)), watchdog_timeout=0.5)
+        wait_for(deaths, 10)
+        elapsed = time.monotonic() - started
+        (child,) = supervisor.children
+        assert not child.process.is_alive()
+    finally:
+        supervisor.stop_all()
+    [(name, reason)] = deaths
+    assert name == "scheduler"
+    assert "server.watchdog_timeout = 0.5 s; killed by the watchdog" in reason
+    assert 0.5 <= elapsed < 5
+
+
+def test_watchdog_leaves_a_child_making_progress_alone():
+    supervisor = ChildSupervisor()
+    deaths = []
+    heartbeat = StepHeartbeat()
+    try:
+        supervisor.start("scheduler", beat_steadily, (heartbeat,), timeout=60, heartbeat=heartbeat)
+        supervisor.watch(lambda name, reason: deaths.append((name, reason)), watchdog_timeout=0.5)
+        wait_for(deaths, 2)
+        assert supervisor.children[0].process.is_alive()
+    finally:
+        supervisor.stop_all()
+    assert deaths == []

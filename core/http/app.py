@@ -28,6 +28,7 @@ RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
 UNAUTHENTICATED_PATHS = health.PATHS
 # Not a real HTTP status: nginx's "client closed request", for logs only.
 CLIENT_CLOSED_REQUEST = 499
+DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
 
 
 BUILTIN_ROUTES: list[RouteSpec] = [
@@ -49,13 +50,15 @@ def create_app(
     api_key: str | None = None,
     extra_routes: Iterable[RouteSpec] = (),
     health_generate_timeout: float = DEFAULT_HEALTH_GENERATE_TIMEOUT,
+    max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
 ) -> Starlette:
     """Build the API server's app.
 
     ``extra_routes`` are ``(path, endpoint, methods)`` from plugins'
     ``register_http_routes``; ``endpoint(request, tokenizer_manager)`` returns a
     starlette response. Built-in routes win over a plugin route with the same path.
-    ``health_generate_timeout`` bounds ``GET /health_generate``'s generation, in seconds.
+    ``health_generate_timeout`` bounds ``GET /health_generate``'s generation, in seconds;
+    a request body over ``max_request_body_bytes`` is refused with 413.
     """
     routes = [
         Route(path, _bind(endpoint, tokenizer_manager, path in NEEDS_CHILDREN), methods=methods, name=endpoint.__name__)
@@ -65,6 +68,7 @@ def create_app(
         for path, endpoint, methods in extra_routes
     ]
     middleware = [Middleware(BearerTokenAuth, api_key=api_key)] if api_key else []
+    middleware.append(Middleware(RequestBodyLimit, max_bytes=max_request_body_bytes))
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_exception})
     app.state.health_generate_probe = HealthGenerateProbe(tokenizer_manager, health_generate_timeout)
     return app
@@ -122,3 +126,44 @@ class BearerTokenAuth:
         if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.expected):
             return "invalid API key"
         return None
+
+
+class RequestBodyTooLarge(RequestError):
+    def __init__(self, max_bytes: int):
+        super().__init__(
+            f"the request body is larger than {max_bytes} bytes (server.max_request_body_bytes)", status_code=413
+        )
+
+
+class RequestBodyLimit:
+    """Refuse request bodies over ``max_bytes`` with 413, before they are buffered.
+
+    A declared ``Content-Length`` over the limit is answered at once; a chunked
+    body is counted as it arrives, and reading past the limit raises
+    :class:`RequestBodyTooLarge` in the handler (a :class:`RequestError`, so it
+    becomes the same 413).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await request_error_response(RequestBodyTooLarge(self.max_bytes))(scope, receive, send)
+            return
+        received = 0
+
+        async def counting_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise RequestBodyTooLarge(self.max_bytes)
+            return message
+
+        await self.app(scope, counting_receive, send)

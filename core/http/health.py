@@ -4,7 +4,8 @@
 has died, with no round trip to the scheduler. ``/health_generate`` proves the
 whole pipeline works by running one real one-token generation; concurrent
 probes share the one in flight, so probes never pile up on the scheduler.
-Both answer 503 ``{"status": "unhealthy", "reason": …}`` when unhealthy.
+Both answer 503 ``{"status": "unhealthy", "reason": …}`` when unhealthy, and
+while the server drains on its way down.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def unhealthy_reason(tokenizer_manager) -> str | None:
     if tokenizer_manager.is_healthy():
         return None
     return getattr(tokenizer_manager, "unhealthy_reason", None) or "the server is unhealthy"
+
+
+SHUTTING_DOWN = "the server is shutting down"
+
+
+def not_serving_reason(tokenizer_manager) -> str | None:
+    """Why a load balancer should send nothing here: a dead child, or a graceful stop under way."""
+    reason = unhealthy_reason(tokenizer_manager)
+    if reason is None and getattr(tokenizer_manager, "is_draining", False):
+        return SHUTTING_DOWN
+    return reason
 
 
 def unhealthy_response(reason: str) -> JSONResponse:
@@ -113,14 +125,14 @@ async def _close(outputs) -> None:
 
 
 async def health(request: Request, tokenizer_manager) -> Response:
-    reason = unhealthy_reason(tokenizer_manager)
+    reason = not_serving_reason(tokenizer_manager)
     if reason is not None:
         return unhealthy_response(reason)
     return JSONResponse({"status": "ok"})
 
 
 async def health_generate(request: Request, tokenizer_manager) -> Response:
-    reason = unhealthy_reason(tokenizer_manager)
+    reason = not_serving_reason(tokenizer_manager)
     if reason is None:
         probe = getattr(request.app.state, "health_generate_probe", None)
         if probe is None:  # an app built without create_app

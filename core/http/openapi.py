@@ -244,11 +244,12 @@ ERROR_DESCRIPTIONS = {
     "401": "missing or wrong API key",
     "404": "unknown model",
     "409": "conflicts with the server's state",
+    "413": "the request body is over server.max_request_body_bytes",
     "429": "the server is at capacity",
     "500": "an unexpected failure",
     "503": "the server cannot serve now",
 }
-GENERATION_ERRORS = ("400", "401", "404", "429", "500", "503")
+GENERATION_ERRORS = ("400", "401", "404", "413", "429", "500", "503")
 
 
 def _generation_ok(description: str) -> dict:
@@ -282,12 +283,12 @@ def _control_paths(include_update_weights: bool) -> dict:
     paths = {
         "/flush_cache": {
             "post": _operation(
-                "flushCache", "Flush the prefix cache", _responses(ok, "400", "401", "409"), _body(timeout, False)
+                "flushCache", "Flush the prefix cache", _responses(ok, "400", "401", "409", "413"), _body(timeout, False)
             )
         },
         "/get_server_info": {"get": _operation("getServerInfo", "Configuration and rank states", _responses(ok, "401"))},
         "/abort_request": {
-            "post": _operation("abortRequest", "Abort one request or all", _responses(ok, "400", "401"), _body(abort))
+            "post": _operation("abortRequest", "Abort one request or all", _responses(ok, "400", "401", "413"), _body(abort))
         },
         "/pause_generation": {"post": _operation("pauseGeneration", "Pause the schedulers", _responses(ok, "401"))},
         "/continue_generation": {
@@ -304,7 +305,7 @@ def _control_paths(include_update_weights: bool) -> dict:
         )
         paths["/update_weights_from_disk"] = {
             "post": _operation(
-                "updateWeightsFromDisk", "Load new weights", _responses(ok, "400", "401"), _body(update)
+                "updateWeightsFromDisk", "Load new weights", _responses(ok, "400", "401", "413"), _body(update)
             )
         }
     return paths

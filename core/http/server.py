@@ -13,6 +13,11 @@ from hypercorn.config import Config
 logger = logging.getLogger(__name__)
 
 LISTEN_BACKLOG = 1024
+# Idle keep-alive connections are closed after this long. It must outlast the
+# clients' own idle expiry (httpx: 5 s, load balancers: often 60 s): when both
+# sides give up at the same moment, a client can send a request on a connection
+# the server is closing and get a connection error instead of an answer.
+KEEP_ALIVE_SECONDS = 75.0
 
 
 async def serve_http(
@@ -43,6 +48,7 @@ async def serve_http(
         config.errorlog = _hypercorn_logger()
         config.graceful_timeout = graceful_timeout
         config.backlog = LISTEN_BACKLOG
+        config.keep_alive_timeout = KEEP_ALIVE_SECONDS
         bound_port = listener.getsockname()[1]
         logger.info("tercet listening on http://%s:%d", _url_host(host), bound_port)
         if on_listening is not None:

@@ -29,8 +29,14 @@ DONE_EVENT = b"data: [DONE]\n\n"
 T = TypeVar("T")
 
 
+# Valid inside a JSON string, but line breaks to Python's str.splitlines (which
+# httpx's iter_lines follows) and to older JavaScript: escaped, an event stays one line.
+_LINE_BREAKS_JSON_ALLOWS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def encode_event(data: dict) -> bytes:
-    return b"data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS_JSON_ALLOWS)
+    return b"data: " + text.encode() + b"\n\n"
 
 
 async def event_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:

@@ -12,8 +12,9 @@ class ModelStep:
         self.chunked_prefill_size = chunked_prefill_size
 
     def run(self) -> None:
-        self.make_room_for_decoding()
-        fed, feeds = self.plan_feeds()
+        with self.scheduler.timer.stage("schedule"):
+            self.make_room_for_decoding()
+            fed, feeds = self.plan_feeds()
         if fed:
             self.forward_and_sample(fed, feeds)
 
@@ -59,16 +60,23 @@ class ModelStep:
         return fed, feeds
 
     def forward_and_sample(self, fed: list[Req], feeds: list[list[int]]) -> None:
+        scheduler = self.scheduler
+        runner = scheduler.model_runner
+        timer = scheduler.timer
+        with timer.stage("forward"):
+            forward_batch = runner.build_batch(
+                req_pool_indices=[req.req_pool_index for req in fed],
+                prefix_lens=[req.num_cached_tokens for req in fed],
+                new_token_ids=feeds,
+            )
+            logits = self.forward(forward_batch, fed)
+        with timer.stage("sample"):
+            self.sample_and_finish(fed, feeds, logits)
+
+    def sample_and_finish(self, fed: list[Req], feeds: list[list[int]], logits) -> None:
         from tercet.model.sampler import SamplingBatch, sample
 
         scheduler = self.scheduler
-        runner = scheduler.model_runner
-        forward_batch = runner.build_batch(
-            req_pool_indices=[req.req_pool_index for req in fed],
-            prefix_lens=[req.num_cached_tokens for req in fed],
-            new_token_ids=feeds,
-        )
-        logits = self.forward(forward_batch, fed)
         was_prefilling_prompt = [req.num_cached_tokens < len(req.input_ids) for req in fed]
         for req, feed in zip(fed, feeds):
             req.num_cached_tokens += len(feed)

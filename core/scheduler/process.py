@@ -7,18 +7,17 @@ import logging
 from tercet.child_process import run_child
 
 
-def run_scheduler_process(config, port_args, rank, ready_writer) -> None:
+def run_scheduler_process(config, port_args, rank, heartbeat, ready_writer) -> None:
     log_name = "scheduler" if config.scheduler.dp_size == 1 else f"scheduler-{rank}"
-    run_child("scheduler", config, ready_writer, lambda context: _build(context, port_args, rank), log_name)
+    run_child("scheduler", config, ready_writer, lambda context: _build(context, port_args, rank, heartbeat), log_name)
 
 
-def _build(context, port_args, rank):
+def build_model_runner(context):
+    """The model runner a scheduler uses, as the config describes it."""
     from tercet.model.model_runner import ModelRunner
-    from tercet.scheduler.scheduler import Scheduler
-    from tercet.tokenizer import load_tokenizer
 
     config = context.config
-    model_runner = ModelRunner(
+    return ModelRunner(
         model_path=config.model.path,
         dtype=config.model.dtype,
         device=config.model.device,
@@ -27,8 +26,18 @@ def _build(context, port_args, rank):
         page_size=config.cache.page_size,
         max_running_requests=config.scheduler.max_running_requests,
     )
+
+
+def _build(context, port_args, rank, heartbeat):
+    from tercet.scheduler.scheduler import Scheduler
+    from tercet.tokenizer import load_tokenizer
+
+    config = context.config
+    model_runner = build_model_runner(context)
     # The tokenizer decodes output tails to detect stop strings.
-    scheduler = Scheduler(context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank)
+    scheduler = Scheduler(
+        context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank, heartbeat=heartbeat
+    )
     logging.getLogger(__name__).info(
         "model loaded: %s (%s on %s), KV cache of %d tokens",
         config.model.path, model_runner.dtype, model_runner.device, model_runner.page_allocator.num_total * model_runner.page_size,

@@ -30,6 +30,8 @@ from tercet.scheduler.output import take_unsent_output
 from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 from tercet.scheduler.stop_conditions import StopConditions
+from tercet.stage_timer import stage_timer
+from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +42,12 @@ def completion_seed(seed: int, index: int) -> int:
 
 
 class Scheduler:
-    def __init__(self, context: ProcessContext, port_args, model_runner, tokenizer, rank: int = 0):
+    def __init__(self, context: ProcessContext, port_args, model_runner, tokenizer, rank: int = 0,
+                 heartbeat: StepHeartbeat | None = None):
         config = context.config
+        # Shared with the supervisor, whose watchdog kills a scheduler stuck in a step.
+        self.heartbeat = heartbeat or StepHeartbeat()
+        self.timer = stage_timer(f"scheduler-{rank}", config.server.profile_interval, logger)
         self.config = config
         self.rank = rank
         self.model_runner = model_runner
@@ -93,14 +99,20 @@ class Scheduler:
 
     def run_forever(self) -> None:
         while True:
-            self.receive_and_dispatch(block=self.is_idle)
+            idle = self.is_idle
+            if idle:
+                self.heartbeat.rest()
+            self.receive_and_dispatch(block=idle)
+            self.heartbeat.beat()
             self.run_step()
+            self.timer.end_step()
 
     def receive_and_dispatch(self, block: bool) -> None:
         if block:
             self.receiver.poll(timeout_ms=None)
-        for message in self.receiver.receive_pending():
-            self.dispatcher(message)
+        with self.timer.stage("receive"):
+            for message in self.receiver.receive_pending():
+                self.dispatcher(message)
 
     @property
     def is_idle(self) -> bool:
@@ -109,7 +121,8 @@ class Scheduler:
 
     def run_step(self) -> None:
         if not self.is_paused:
-            admitted = self.admission.admit_waiting_requests()
+            with self.timer.stage("schedule"):
+                admitted = self.admission.admit_waiting_requests()
             # Nothing runs and nothing could be admitted: only a message (an abort,
             # a new request, a control request) can change that.
             self.waiting_is_stuck = not admitted and not self.running
@@ -216,7 +229,8 @@ class Scheduler:
         ready = [req for req in self.running if len(req.output_ids) > req.num_sent_tokens] + self.finished_unsent
         self.finished_unsent = []
         if ready:
-            self.sender_to_detokenizer.send(take_unsent_output(ready))
+            with self.timer.stage("output"):
+                self.sender_to_detokenizer.send(take_unsent_output(ready))
 
     def close(self) -> None:
         self.receiver.close()

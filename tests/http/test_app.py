@@ -145,6 +145,25 @@ async def test_api_key():
     assert right.status_code == 200 and health.status_code == 200
 
 
+async def test_a_body_over_the_limit_is_413_and_the_server_keeps_serving():
+    app = create_app(StandInTokenizerManager(), max_request_body_bytes=1024)
+    oversized = json.dumps({"model": MODEL, "prompt": "x" * 2000}).encode()
+
+    async def in_pieces():  # no Content-Length: sent chunked, counted as it arrives
+        for start in range(0, len(oversized), 256):
+            yield oversized[start:start + 256]
+
+    async with client_for(app) as client:
+        declared = await client.post("/v1/completions", content=oversized)
+        chunked = await client.post("/v1/completions", content=in_pieces())
+        fits = await client.post("/v1/completions", json={"model": MODEL, "prompt": "Say"})
+    for refused in (declared, chunked):
+        assert refused.status_code == 413
+        assert "server.max_request_body_bytes" in refused.json()["error"]["message"]
+    assert "content-length" not in chunked.request.headers
+    assert fits.status_code == 200
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_refused_request_gets_its_status(stream):
     refused = piece("", [], FinishReason("abort", message="prompt can never fit", status_code=400))

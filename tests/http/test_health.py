@@ -56,6 +56,16 @@ async def get(path, manager, **app_options):
 # -- /health -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("path", ["/health", "/health_generate"])
+async def test_a_draining_server_is_not_healthy(path):
+    manager = StandInTokenizerManager()
+    manager.is_draining = True
+    response = await get(path, manager)
+    assert response.status_code == 503
+    assert response.json() == {"status": "unhealthy", "reason": "the server is shutting down"}
+    assert manager.requests == []  # no probe generation on the way down
+
+
 async def test_health_is_cheap():
     manager = StandInTokenizerManager()
     response = await get("/health", manager)

@@ -1,0 +1,82 @@
+"""``tercet bench``: its arguments and its run, for the top-level command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base-url", default="http://127.0.0.1:30000", help="the server's root URL (default: %(default)s)"
+    )
+    parser.add_argument("--model", metavar="NAME", help="model to request (default: the first of GET /v1/models)")
+    parser.add_argument("--api-key", metavar="KEY", help="send 'Authorization: Bearer KEY'")
+    parser.add_argument("--num-prompts", type=positive_int, default=64, metavar="N", help="measured requests (default: 64)")
+    parser.add_argument(
+        "--concurrency", type=positive_int, metavar="N",
+        help="requests kept in flight; with --request-rate, the most in flight",
+    )
+    parser.add_argument(
+        "--request-rate", type=positive_float, metavar="R",
+        help="send at R requests/s on average (seeded Poisson arrivals); 'inf' sends all at once",
+    )
+    parser.add_argument("--input-len", type=positive_int, default=128, metavar="TOKENS", help="prompt tokens (default: 128)")
+    parser.add_argument("--output-len", type=positive_int, default=128, metavar="TOKENS", help="output tokens (default: 128)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for prompts and arrivals (default: 0)")
+    parser.add_argument("--warmup", type=non_negative_int, default=0, metavar="N", help="unmeasured requests sent first")
+    parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer for the prompts (default: the default model's)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_bench(arguments: argparse.Namespace) -> int:
+    from tercet.bench.metrics import summarize
+    from tercet.bench.report import format_summary, summary_as_json
+    from tercet.bench.serving import BenchConfig, run_serving_benchmark
+
+    config = BenchConfig(
+        base_url=arguments.base_url,
+        num_prompts=arguments.num_prompts,
+        input_len=arguments.input_len,
+        output_len=arguments.output_len,
+        concurrency=arguments.concurrency,
+        request_rate=arguments.request_rate,
+        model=arguments.model,
+        api_key=arguments.api_key,
+        seed=arguments.seed,
+        warmup=arguments.warmup,
+        tokenizer=arguments.tokenizer,
+    )
+    try:
+        run = run_serving_benchmark(config)
+    except KeyboardInterrupt:
+        print("tercet: interrupted", file=sys.stderr)
+        return 130
+    summary = summarize(run.outcomes, run.duration_s)
+    print(json.dumps(summary_as_json(summary, run.config), indent=2) if arguments.json else format_summary(summary, run.config))
+    if summary.completed == 0:
+        print(f"tercet: error: all {summary.failed} requests failed; first error: {summary.errors[0][0]}", file=sys.stderr)
+        return 1
+    return 0

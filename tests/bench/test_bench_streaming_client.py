@@ -1,0 +1,66 @@
+import pytest
+
+from tercet.bench.serving import judged
+from tercet.bench.streaming_client import ChunkTally, sse_data
+
+
+def text_chunk(text, usage=None):
+    return {"choices": [{"index": 0, "text": text, "finish_reason": None}], "usage": usage}
+
+
+def test_sse_data_reads_data_lines_only():
+    assert sse_data('data: {"a": 1}') == '{"a": 1}'
+    assert sse_data("data:[DONE]") == "[DONE]"
+    assert sse_data("") is None
+    assert sse_data(": keep-alive") is None
+    assert sse_data("event: message") is None
+
+
+def test_tally_counts_text_chunks_as_tokens_and_takes_usage_for_the_total():
+    tally = ChunkTally(start=10.0)
+    tally.note(text_chunk("Hello"), 10.5)
+    tally.note(text_chunk(" wor"), 10.6)
+    tally.note(text_chunk(""), 10.65)  # finish chunk: no token
+    tally.note(text_chunk("ld"), 10.9)
+    tally.note({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 4}}, 10.95)
+    tally.end = 11.0
+    outcome = tally.outcome(prompt_len=6)
+    assert outcome.is_success
+    assert outcome.ttft == pytest.approx(0.5)
+    assert outcome.itl == pytest.approx((0.1, 0.3))
+    assert outcome.latency == pytest.approx(1.0)
+    assert (outcome.output_tokens, outcome.server_prompt_tokens, outcome.prompt_len) == (4, 7, 6)
+    assert not outcome.has_tokens_per_chunk
+
+
+def test_tally_splits_a_chunk_of_k_tokens_when_usage_comes_per_chunk():
+    tally = ChunkTally(start=0.0)
+    tally.note(text_chunk("a", {"completion_tokens": 1}), 0.2)
+    tally.note(text_chunk("bcd", {"completion_tokens": 4}), 0.5)
+    tally.end = 0.6
+    outcome = tally.outcome(prompt_len=3)
+    assert outcome.itl == pytest.approx((0.1, 0.1, 0.1))
+    assert outcome.output_tokens == 4  # counted: no final usage chunk
+    assert outcome.has_tokens_per_chunk
+
+
+def test_without_usage_the_counted_tokens_are_the_output():
+    tally = ChunkTally(start=0.0)
+    for step in range(3):
+        tally.note(text_chunk("x"), 0.1 * (step + 1))
+    assert tally.outcome(prompt_len=1).output_tokens == 3
+
+
+def test_an_error_makes_a_failed_outcome():
+    outcome = ChunkTally(start=0.0).outcome(prompt_len=1, error="HTTP 503: busy")
+    assert not outcome.is_success and outcome.error == "HTTP 503: busy"
+    assert outcome.ttft is None
+
+
+def test_fewer_tokens_than_asked_is_a_failure():
+    tally = ChunkTally(start=0.0)
+    tally.note(text_chunk("x"), 0.1)
+    tally.end = 0.2
+    short = judged(tally.outcome(prompt_len=1), output_len=4)
+    assert not short.is_success and short.error == "1 of 4 output tokens"
+    assert judged(tally.outcome(prompt_len=1), output_len=1).is_success
