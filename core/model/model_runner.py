@@ -19,6 +19,7 @@ from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
+from tercet.model.cpu_packed_linear import can_pack, pack_linear_layers
 from tercet.model.weights import load_weights
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -73,9 +74,7 @@ class ModelRunner:
         # the model attends over; the slot table and rotary tables need no more.
         self.context_len = min(_max_context_of(self.config), self.max_total_tokens)
 
-        self.model = LlamaForCausalLM(self.config, self.dtype, self.device, max_positions=self.context_len)
-        load_weights(self.model, self.model_path)
-        self.model.eval().requires_grad_(False)
+        self.model = self.load_model(self.config, self.model_path)
         shape = self.model.shape
         self.vocab_size = shape.vocab_size
 
@@ -87,6 +86,14 @@ class ModelRunner:
         self.attention_backend = attention_backend_factory(shape.attention_layout(self.device, self.dtype))
         self.model.attach(self.attention_backend, self.kv_cache)
         self.eos_token_ids = _eos_token_ids(self.config, self.model_path)
+
+    def load_model(self, config, model_path: Path) -> LlamaForCausalLM:
+        model = LlamaForCausalLM(config, self.dtype, self.device, max_positions=self.context_len)
+        load_weights(model, model_path)
+        model.eval().requires_grad_(False)
+        if can_pack(self.device, self.dtype):
+            pack_linear_layers(model)
+        return model
 
     def update_weights_from_disk(self, model_path: str | Path) -> None:
         """Serve the weights of another checkpoint of the same shape.
@@ -101,9 +108,7 @@ class ModelRunner:
         config = AutoConfig.from_pretrained(str(model_path))
         if LlamaShape.from_config(config) != self.model.shape:
             raise ConfigError(f"{model_path} has a different architecture than the model being served")
-        model = LlamaForCausalLM(config, self.dtype, self.device, max_positions=self.context_len)
-        load_weights(model, model_path)
-        model.eval().requires_grad_(False)
+        model = self.load_model(config, model_path)
         model.attach(self.attention_backend, self.kv_cache)
         self.model, self.model_path, self.config = model, model_path, config
 

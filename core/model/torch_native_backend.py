@@ -4,7 +4,9 @@ Fully batched: the new tokens of every sequence are scattered into a padded
 ``[B, max_extend_len]`` query grid, each sequence's keys are gathered from the
 cache into ``[B, max_seq_len]``, and one masked SDPA call covers the batch.
 The gather indices, the mask and the scatter indices depend only on the batch,
-so ``prepare`` builds them once per step and every layer reuses them.
+so ``prepare`` builds them once per step and every layer reuses them. Gathers
+and scatters use ``index_select``/``index_copy_`` on flat indices: on CPU they
+are several times faster than advanced indexing, which dominated decode steps.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ class TorchNativeAttentionBackend(AttentionBackend):
         self.num_heads = layout.num_heads
         self.num_kv_heads = layout.num_kv_heads
         self.head_dim = layout.head_dim
-        self.key_slots: torch.Tensor | None = None  # [B, S]
+        self.key_slots: torch.Tensor | None = None  # [B * S], row-major over [B, S]
         self.mask: torch.Tensor | None = None  # [B, 1, E, S]
         self.padded_index: torch.Tensor | None = None  # [T] into the flattened [B * E] grid
 
     def prepare(self, batch: ForwardBatch, req_to_token: torch.Tensor) -> None:
         device = req_to_token.device
         batch_size, max_extend, max_seq = batch.batch_size, batch.max_extend_len, batch.max_seq_len
-        self.key_slots = req_to_token[batch.req_pool_indices, :max_seq]
+        self.key_slots = req_to_token[batch.req_pool_indices, :max_seq].reshape(-1)
 
         key_position = torch.arange(max_seq, device=device).view(1, 1, max_seq)
         query_offset = torch.arange(max_extend, device=device).view(1, max_extend, 1)
@@ -67,11 +69,12 @@ class TorchNativeAttentionBackend(AttentionBackend):
             padded_q = q.view(batch_size, 1, self.num_heads, self.head_dim)
         else:
             padded_q = q.new_zeros(batch_size * max_extend, self.num_heads, self.head_dim)
-            padded_q[self.padded_index] = q
+            padded_q.index_copy_(0, self.padded_index, q)
             padded_q = padded_q.view(batch_size, max_extend, self.num_heads, self.head_dim)
 
-        keys = kv_cache.k_buffers[layer_id][self.key_slots]  # [B, S, Hkv, D]
-        values = kv_cache.v_buffers[layer_id][self.key_slots]
+        gathered = (batch_size, -1, self.num_kv_heads, self.head_dim)
+        keys = kv_cache.k_buffers[layer_id].index_select(0, self.key_slots).view(gathered)  # [B, S, Hkv, D]
+        values = kv_cache.v_buffers[layer_id].index_select(0, self.key_slots).view(gathered)
         out = F.scaled_dot_product_attention(
             padded_q.transpose(1, 2),
             keys.transpose(1, 2).to(q.dtype),
@@ -83,4 +86,4 @@ class TorchNativeAttentionBackend(AttentionBackend):
         out = out.transpose(1, 2).reshape(batch_size * max_extend, self.num_heads * self.head_dim)
         if self.padded_index is None:
             return out
-        return out[self.padded_index]
+        return out.index_select(0, self.padded_index)

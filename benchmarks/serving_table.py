@@ -1,0 +1,139 @@
+"""The serving table of docs/benchmarks.md: each system at several concurrencies.
+
+Every system is an OpenAI-compatible server started here, in turn, and loaded
+with ``tercet bench`` (streamed ``/v1/completions``, greedy, ``ignore_eos``,
+synthetic prompts from a seed); only one server runs at a time.
+
+    python benchmarks/serving_table.py --system tercet-fp32 --system tercet-bf16 \\
+        --system "llama.cpp-q4_1=/tmp/llamacpp/serve.sh" --json-out /tmp/table.json
+
+A ``--system`` is ``tercet-fp32``, ``tercet-bf16`` or ``NAME=COMMAND``: a
+shell command that starts a server on ``$PORT`` (its ``-np``/slots from
+``$NP``). The markdown table goes to stdout; progress and server logs to stderr
+and to files next to ``--json-out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+TERCET_SYSTEMS = {
+    "tercet-fp32": ["--dtype", "float32"],
+    "tercet-bf16": ["--dtype", "bfloat16"],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(system: str, port: int, max_concurrency: int, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "w")
+    env = dict(os.environ, PORT=str(port), NP=str(max_concurrency))
+    if system in TERCET_SYSTEMS:
+        command = [sys.executable, "-m", "tercet", "serve", "--port", str(port), *TERCET_SYSTEMS[system],
+                   "--set", f"scheduler.max_running_requests={max(max_concurrency, 32)}"]
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    _, _, shell_command = system.partition("=")
+    return subprocess.Popen(shell_command, shell=True, stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def wait_until_healthy(base_url: str, process: subprocess.Popen, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}")
+        try:
+            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{base_url} not healthy after {timeout} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def bench(base_url: str, concurrency: int, num_prompts: int, input_len: int, output_len: int) -> dict:
+    command = [sys.executable, "-m", "tercet", "bench", "--base-url", base_url, "--concurrency", str(concurrency),
+               "--num-prompts", str(num_prompts), "--input-len", str(input_len), "--output-len", str(output_len),
+               "--warmup", str(min(concurrency, 4)), "--json"]
+    completed = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(completed.stdout)
+
+
+def markdown_table(results: dict[str, dict[int, dict]], concurrencies: list[int]) -> str:
+    header = "| system | " + " | ".join(
+        f"c={c}: out tok/s | c={c}: TTFT p50 ms | c={c}: ITL p50 ms" for c in concurrencies
+    ) + " |"
+    lines = [header, "|---" * (1 + 3 * len(concurrencies)) + "|"]
+    for system, by_concurrency in results.items():
+        cells = []
+        for concurrency in concurrencies:
+            row = by_concurrency[concurrency]
+            cells += [f"{row['output_tokens_per_s']:.1f}", f"{row['p50_ttft_ms']:.0f}", f"{row['p50_itl_ms']:.1f}"]
+        lines.append(f"| {system} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--system", action="append", required=True)
+    parser.add_argument("--concurrency", type=int, action="append", default=None)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--prompts-per-slot", type=int, default=2,
+                        help="requests per concurrency slot (at least 8 per run)")
+    parser.add_argument("--json-out", type=Path, required=True)
+    arguments = parser.parse_args()
+    concurrencies = arguments.concurrency or [1, 8, 32]
+    results: dict[str, dict[int, dict]] = {}
+    for system in arguments.system:
+        name = system.partition("=")[0]
+        port = free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        log_path = arguments.json_out.with_name(f"{name}.log")
+        print(f"[table] starting {name} (log {log_path})", file=sys.stderr)
+        process = start_server(system, port, max(concurrencies), log_path)
+        try:
+            wait_until_healthy(base_url, process)
+            results[name] = {}
+            for concurrency in concurrencies:
+                num_prompts = max(8, arguments.prompts_per_slot * concurrency)
+                print(f"[table] {name}: concurrency {concurrency}, {num_prompts} requests", file=sys.stderr)
+                results[name][concurrency] = bench(
+                    base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len
+                )
+                row = results[name][concurrency]
+                print(f"[table] {name} c={concurrency}: {row['output_tokens_per_s']:.1f} out tok/s, "
+                      f"ITL p50 {row['p50_itl_ms']:.1f} ms, failed {row['failed']}", file=sys.stderr)
+                arguments.json_out.write_text(json.dumps(results, indent=2))
+        finally:
+            stop(process)
+    print(markdown_table(results, concurrencies))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
