@@ -7,8 +7,9 @@ The stream is server-sent events: ``data: {chunk}`` lines ending with
   output (non-empty text).
 - Inter-token latencies are the gaps between later output chunks. OpenAI's
   stream does not say how many tokens a chunk holds (``usage`` is null until
-  the last chunk), so one non-empty text chunk counts as one token. A server
-  that puts a running ``usage`` on every chunk tells us more: a chunk that
+  the last chunk), so one non-empty text chunk counts as one token. Usage on
+  the finish chunk (llama.cpp sends it there) is the total, not a count per
+  chunk. A server that puts a running ``usage`` on every chunk tells us more: a chunk that
   adds k completion tokens then counts as k tokens, its gap split evenly among
   them. ``has_tokens_per_chunk`` says which of the two a request had.
 - The output token count is the final usage's ``completion_tokens`` when the
@@ -106,10 +107,14 @@ class ChunkTally:
     def note(self, chunk: dict, now: float) -> None:
         choices = chunk.get("choices") or []
         usage = chunk.get("usage")
-        if usage and not choices:  # the usage-only chunk after the last choice
+        # The final usage comes on a chunk of its own (OpenAI) or on the
+        # finish chunk (llama.cpp): either way it is the total, not a running count.
+        is_last = not choices or any(choice.get("finish_reason") for choice in choices)
+        if usage and is_last:
             self.final_usage = usage
+        if not choices:
             return
-        if usage:
+        if usage and (self.has_tokens_per_chunk or not is_last):
             self.has_tokens_per_chunk = True
             num_new = usage.get("completion_tokens", 0) - self.running_completion_tokens
             self.running_completion_tokens += num_new

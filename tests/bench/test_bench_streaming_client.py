@@ -64,3 +64,17 @@ def test_fewer_tokens_than_asked_is_a_failure():
     short = judged(tally.outcome(prompt_len=1), output_len=4)
     assert not short.is_success and short.error == "1 of 4 output tokens"
     assert judged(tally.outcome(prompt_len=1), output_len=1).is_success
+
+
+def test_usage_on_the_finish_chunk_is_the_total_not_a_burst_of_tokens():
+    # llama.cpp's server: text chunks without usage, then usage on the finish chunk.
+    tally = ChunkTally(start=0.0)
+    for step in range(3):
+        tally.note(text_chunk("x"), 0.1 * (step + 1))
+    finish = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+              "usage": {"prompt_tokens": 5, "completion_tokens": 3}}
+    tally.note(finish, 0.35)
+    outcome = tally.outcome(prompt_len=5)
+    assert outcome.itl == pytest.approx((0.1, 0.1))
+    assert outcome.output_tokens == 3 and outcome.server_prompt_tokens == 5
+    assert not outcome.has_tokens_per_chunk
