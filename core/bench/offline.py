@@ -160,12 +160,12 @@ def synthetic_prompts(model_path, batch_size: int, input_len: int, seed: int) ->
     """``batch_size`` prompts of ``input_len`` ids drawn (seeded) from the vocabulary minus special tokens."""
     from transformers import AutoConfig
 
+    from tercet.bench.workload import ordinary_token_ids
     from tercet.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(str(model_path))
-    vocab_size = min(len(tokenizer), AutoConfig.from_pretrained(str(model_path)).vocab_size)
-    special = set(tokenizer.all_special_ids)
-    ordinary = [token_id for token_id in range(vocab_size) if token_id not in special]
+    vocab_size = AutoConfig.from_pretrained(str(model_path)).vocab_size
+    # The tokenizer may know more ids than the model's embedding has rows.
+    ordinary = [token_id for token_id in ordinary_token_ids(load_tokenizer(str(model_path))) if token_id < vocab_size]
     rng = random.Random(seed)
     return [rng.choices(ordinary, k=input_len) for _ in range(batch_size)]
 
