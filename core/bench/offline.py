@@ -11,6 +11,8 @@ hand-written greedy loop. Both get the same ``batch_size`` prompts of
 ``input_len`` seeded random ordinary token ids, all submitted at once, and
 produce ``output_len`` tokens each, EOS ignored. A short warm-up on other
 prompts runs first on each side; tercet's prefix cache is emptied after it.
+Afterwards tercet's matmuls of one decode step are timed alone (see
+``matmul_floor``), which splits the step into multiplications and the rest.
 
     python -m tercet.bench.offline --batch-size 32 --input-len 128 --output-len 128 --dtype bfloat16 [--json] [--no-transformers]
 """
@@ -23,6 +25,7 @@ import json
 import random
 import sys
 
+from tercet.bench.matmul_floor import time_matmuls
 from tercet.bench.offline_metrics import Progress, compare_outputs, summarize
 from tercet.errors import TercetError
 
@@ -123,6 +126,8 @@ def _run_tercet(result, path, dtype, device, prompts, warmup_prompts, output_len
         timeline = engine.generate(prompts, output_len, report)
         result["tercet"] = {**summarize(timeline, batch_size * input_len), "num_retractions": engine.num_retractions}
         report(f"tercet: done, {result['tercet']['output_tokens_per_s']:.1f} output tok/s")
+        report("tercet: timing the decode step's matmuls alone")
+        result["tercet"].update(matmul_figures(engine.model_runner.model, batch_size, result["tercet"]))
     finally:
         engine.close()
         del engine
@@ -146,6 +151,18 @@ def _run_transformers(result, path, torch_dtype, torch_device, prompts, warmup_p
         baseline.close()
         _release_memory(torch_device)
     return timeline.output_ids
+
+
+def matmul_figures(model, batch_size: int, figures: dict) -> dict:
+    """The matmuls of a decode step at ``batch_size`` timed alone, and their share of the measured step."""
+    matmuls = time_matmuls(model, batch_size)
+    step_ms = figures.get("mean_decode_step_ms")
+    return {
+        "matmul_ms": matmuls["matmul_ms"],
+        "num_matmuls": matmuls["num_matmuls"],
+        "matmul_weight_bytes": matmuls["weight_bytes"],
+        "matmul_share_of_decode_step": matmuls["matmul_ms"] / step_ms if step_ms else None,
+    }
 
 
 def _release_memory(device) -> None:
@@ -196,6 +213,7 @@ ROWS = (
     ("decode step (ms)", "mean_decode_step_ms", "{:.2f}", "decode_step_time"),
     ("mean ITL (ms)", "mean_itl_ms", "{:.2f}", "itl"),
     ("mean TTFT (ms)", "mean_ttft_ms", "{:.2f}", None),
+    ("matmuls alone (ms)", "matmul_ms", "{:.2f}", None),
 )
 
 
@@ -216,6 +234,14 @@ def format_offline_report(result: dict) -> str:
             f"{_cell(ratio, '{:.2f}x'):>15}"
         )
     lines.append(f"tercet retractions: {result['tercet']['num_retractions']}")
+    ours = result["tercet"]
+    if ours.get("matmul_share_of_decode_step"):
+        lines.append(
+            f"tercet decode step: {100 * ours['matmul_share_of_decode_step']:.0f}% is its {ours['num_matmuls']} "
+            f"matmuls run alone ({ours['matmul_weight_bytes'] / 1e6:.0f} MB of weights, "
+            f"{ours['matmul_weight_bytes'] / ours['matmul_ms'] / 1e6:.1f} GB/s); the rest is norms, rotary, "
+            "attention, sampling and scheduling"
+        )
     match = result.get("greedy_match")
     if match is not None:
         verdict = "identical" if match["all_match"] else "differ"

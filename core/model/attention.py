@@ -57,5 +57,6 @@ class AttentionBackend(abc.ABC):
         ``q`` is ``[T, num_heads, head_dim]``, ``k`` and ``v`` are
         ``[T, num_kv_heads, head_dim]``; the result is ``[T, num_heads * head_dim]``.
         A new token sees every cached token of its sequence and the new tokens
-        up to and including itself.
+        up to and including itself. q, k and v may be strided views into one
+        projection output: a backend that needs contiguous memory must copy.
         """

@@ -78,12 +78,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+        self.normalized_shape = (hidden_size,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in float32 whatever the model dtype, as the reference does.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # torch.rms_norm is the reference's arithmetic (mean of squares, rsqrt,
+        # scale) in fewer dispatched ops; the weight is applied after the cast
+        # back, as the reference does, so the results are equal bit for bit.
+        return self.weight * torch.rms_norm(x.float(), self.normalized_shape, eps=self.eps).to(x.dtype)
 
 
 class LlamaAttention(nn.Module):
@@ -99,10 +101,12 @@ class LlamaAttention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=shape.o_bias)
 
     def forward(self, hidden, cos, sin, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rotary(q.view(-1, self.num_heads, self.head_dim), cos, sin)
-        k = apply_rotary(k.view(-1, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(hidden)
+        # q and k sit side by side in the fused projection: rotate them in one pass.
+        qk_size = self.q_size + self.kv_size
+        qk = qkv[:, :qk_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(qk, cos, sin).split([self.num_heads, self.num_kv_heads], dim=1)
+        v = qkv[:, qk_size:].view(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache))
 
 

@@ -67,7 +67,12 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
 
 
 class RotaryEmbedding:
-    """cos/sin tables ``[max_positions, head_dim]``, gathered by position once per step."""
+    """cos/sin tables ``[max_positions, head_dim]``, gathered by position once per step.
+
+    The sine table is stored with the rotate-half sign folded in (its first
+    half negated), so :func:`apply_rotary` needs no negation: ``-x2 * sin``
+    and ``x2 * -sin`` are the same float, bit for bit.
+    """
 
     def __init__(self, settings: RopeSettings, head_dim: int, max_positions: int, dtype, device):
         inv_freq = inverse_frequencies(settings, head_dim).to(device)
@@ -75,14 +80,23 @@ class RotaryEmbedding:
         freqs = positions[:, None] * inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)
         self.cos_table = angles.cos().to(dtype)
-        self.sin_table = angles.sin().to(dtype)
+        sin = angles.sin().to(dtype)
+        half = head_dim // 2
+        self.signed_sin_table = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
 
     def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for each token, shaped ``[T, 1, head_dim]`` to broadcast over heads."""
-        return self.cos_table[positions].unsqueeze(1), self.sin_table[positions].unsqueeze(1)
+        """cos and signed sin for each token, shaped ``[T, 1, head_dim]`` to broadcast over heads."""
+        return self.cos_table[positions].unsqueeze(1), self.signed_sin_table[positions].unsqueeze(1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``[T, heads, head_dim]`` by the rotate-half convention.
+
+    Equal, bit for bit, to the reference ``x * cos + cat(-x2, x1) * sin``, in
+    three elementwise ops instead of seven: swapping the halves is one ``flip``
+    of a ``[.., 2, head_dim / 2]`` view, and the sign lives in ``signed_sin``.
+    Call it once on q and k together (they are adjacent in the fused projection).
+    """
+    tokens, heads, head_dim = x.shape
+    swapped = x.reshape(tokens, heads, 2, head_dim // 2).flip(2).view(tokens, heads, head_dim)
+    return x * cos + swapped * signed_sin

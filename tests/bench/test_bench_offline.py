@@ -47,6 +47,14 @@ def test_each_engine_produces_every_token_with_positive_figures(result, engine):
     assert figures["prefill_s"] + figures["decode_s"] == pytest.approx(figures["total_s"])
 
 
+def test_tercet_reports_its_matmuls_alone_as_a_share_of_the_decode_step(result):
+    figures = result["tercet"]
+    assert figures["num_matmuls"] > 0 and figures["matmul_weight_bytes"] > 0
+    assert figures["matmul_share_of_decode_step"] == pytest.approx(
+        figures["matmul_ms"] / figures["mean_decode_step_ms"])
+    assert "matmul_ms" not in result["transformers"]
+
+
 def test_tercet_runs_the_batch_without_retracting(result):
     assert result["tercet"]["num_retractions"] == 0
 

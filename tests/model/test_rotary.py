@@ -49,3 +49,25 @@ def test_unsupported_rope_types_are_named():
     config = SimpleNamespace(rope_theta=10000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0})
     with pytest.raises(ConfigError, match="yarn"):
         RopeSettings.from_config(config)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotation_equals_the_reference_rotate_half_bit_for_bit(dtype):
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    from tercet.model.rotary import RotaryEmbedding, apply_rotary
+
+    head_dim, num_heads = 64, 12
+    rotary = RotaryEmbedding(RopeSettings(theta=10000.0), head_dim, max_positions=512, dtype=dtype, device="cpu")
+    positions = torch.tensor([0, 1, 7, 300, 511])
+    # A strided view, as the model passes it: q and k columns of a wider projection.
+    projection = torch.randn(len(positions), (num_heads + 3) * head_dim).to(dtype)
+    x = projection[:, : num_heads * head_dim].view(-1, num_heads, head_dim)
+
+    cos, signed_sin = rotary.cos_sin(positions)
+    angles = positions[:, None].float() * inverse_frequencies(RopeSettings(theta=10000.0), head_dim)[None, :]
+    angles = torch.cat((angles, angles), dim=-1)
+    reference_cos, reference_sin = angles.cos().to(dtype).unsqueeze(1), angles.sin().to(dtype).unsqueeze(1)
+    expected = x * reference_cos + rotate_half(x) * reference_sin
+
+    assert torch.equal(apply_rotary(x, cos, signed_sin), expected)
