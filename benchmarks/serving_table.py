@@ -51,16 +51,22 @@ def start_server(system: str, port: int, max_concurrency: int, log_path: Path) -
                             start_new_session=True)
 
 
+# Not every OpenAI-compatible server has /health (llama-cpp-python's has not);
+# any of these answering 200 means the server is up.
+READINESS_PATHS = ("/health", "/v1/models")
+
+
 def wait_until_healthy(base_url: str, process: subprocess.Popen, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode}")
-        try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        for path in READINESS_PATHS:
+            try:
+                if httpx.get(base_url + path, timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
         time.sleep(0.5)
     raise TimeoutError(f"{base_url} not healthy after {timeout} s")
 

@@ -19,6 +19,7 @@ import torch
 
 from tercet.model.logits_processing import LogitEdits
 from tercet.model.logprobs import pack_logprobs, unpack_logprobs
+from tercet.model.row_argmax import row_argmax
 from tercet.model.seeded_draw import SeededDraw, draws_for, uniform_from_seed
 from tercet.sampling_params import SamplingParams
 
@@ -92,7 +93,7 @@ def _choose_tokens(processed: torch.Tensor, draws: list[SeededDraw]) -> torch.Te
     if len(draws) == 1 and draws[0].rows is None:
         return draws[0].tokens_from(processed)
     # Greedy rows keep the argmax; each draw overwrites its own rows.
-    token_ids = processed.argmax(dim=-1)
+    token_ids = row_argmax(processed)
     for draw in draws:
         token_ids.index_copy_(0, draw.rows, draw.tokens_from(processed))
     return token_ids
