@@ -81,10 +81,13 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
-def bench(base_url: str, concurrency: int, num_prompts: int, input_len: int, output_len: int) -> dict:
+def bench(base_url: str, concurrency: int, num_prompts: int, input_len: int, output_len: int,
+          ignore_eos: bool = True) -> dict:
     command = [sys.executable, "-m", "tercet", "bench", "--base-url", base_url, "--concurrency", str(concurrency),
                "--num-prompts", str(num_prompts), "--input-len", str(input_len), "--output-len", str(output_len),
                "--warmup", str(min(concurrency, 4)), "--json"]
+    if not ignore_eos:
+        command.append("--no-ignore-eos")
     completed = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(completed.stdout)
 
@@ -112,6 +115,8 @@ def main() -> int:
     parser.add_argument("--prompts-per-slot", type=int, default=2,
                         help="requests per concurrency slot (at least 8 per run)")
     parser.add_argument("--json-out", type=Path, required=True)
+    parser.add_argument("--no-ignore-eos", action="append", default=[], metavar="NAME",
+                        help="a system that rejects ignore_eos (transformers serve): its requests may end at EOS")
     arguments = parser.parse_args()
     concurrencies = arguments.concurrency or [1, 8, 32]
     results: dict[str, dict[int, dict]] = {}
@@ -129,11 +134,13 @@ def main() -> int:
                 num_prompts = max(8, arguments.prompts_per_slot * concurrency)
                 print(f"[table] {name}: concurrency {concurrency}, {num_prompts} requests", file=sys.stderr)
                 results[name][concurrency] = bench(
-                    base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len
+                    base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len,
+                    ignore_eos=name not in arguments.no_ignore_eos,
                 )
                 row = results[name][concurrency]
                 print(f"[table] {name} c={concurrency}: {row['output_tokens_per_s']:.1f} out tok/s, "
-                      f"ITL p50 {row['p50_itl_ms']:.1f} ms, failed {row['failed']}", file=sys.stderr)
+                      f"ITL p50 {row['p50_itl_ms']:.1f} ms, {row['total_output_tokens']} output tokens, "
+                      f"failed {row['failed']}", file=sys.stderr)
                 arguments.json_out.write_text(json.dumps(results, indent=2))
         finally:
             stop(process)

@@ -39,11 +39,12 @@ def summary_as_json(summary: BenchSummary, config: BenchConfig) -> dict:
 
 
 def format_summary(summary: BenchSummary, config: BenchConfig) -> str:
+    outputs = str(config.output_len) if config.ignore_eos else f"up to {config.output_len} (EOS allowed)"
     rows = [
         ("Model", config.model),
         ("Server", config.base_url),
         ("Traffic", _traffic(config)),
-        ("Prompts", f"{config.num_prompts} × {config.input_len} tokens in, {config.output_len} out (seed {config.seed})"),
+        ("Prompts", f"{config.num_prompts} × {config.input_len} tokens in, {outputs} out (seed {config.seed})"),
         ("Warm-up requests", str(config.warmup)),
         ("Completed / failed", f"{summary.completed} / {summary.failed}"),
         ("Duration (s)", f"{summary.duration_s:.2f}"),

@@ -5,7 +5,10 @@ model when none is given), builds the prompts, sends the warm-up requests
 (not measured), then the measured ones, and returns every outcome with the
 wall time of the measured part. Every request asks for exactly
 ``output_len`` tokens (``max_tokens`` with ``ignore_eos``, greedy), streamed
-with a final usage chunk; one that delivers fewer is a failure.
+with a final usage chunk; one that delivers fewer is a failure. A server that
+refuses the ``ignore_eos`` extension (``transformers serve`` answers 422) can
+be measured with ``ignore_eos=False``: requests may then stop at EOS, and
+what they delivered is what is counted.
 
 Latencies are measured from the moment a request is actually sent, so with a
 concurrency cap the time a due request waits for a slot is not in its TTFT.
@@ -50,6 +53,7 @@ class BenchConfig:
     seed: int = 0
     warmup: int = 0
     tokenizer: str | None = None  # None: the default model's tokenizer
+    ignore_eos: bool = True  # False for servers that reject the extension; outputs may then end early
 
     def __post_init__(self):
         if self.concurrency is None and self.request_rate is None:
@@ -113,9 +117,10 @@ async def find_model(base_url: str, model: str | None, headers: dict) -> str:
         raise BenchError(f"GET {url} listed no model; pass --model NAME") from None
 
 
-def judged(outcome: RequestOutcome, output_len: int) -> RequestOutcome:
-    """A stream that ended well but delivered fewer tokens than asked is still a failure."""
-    if outcome.is_success and outcome.output_tokens < output_len:
+def judged(outcome: RequestOutcome, output_len: int, ignore_eos: bool = True) -> RequestOutcome:
+    """A stream that ended well but delivered fewer tokens than asked is still a failure,
+    unless EOS was allowed to end it."""
+    if ignore_eos and outcome.is_success and outcome.output_tokens < output_len:
         return outcome.failed(f"{outcome.output_tokens} of {output_len} output tokens")
     return outcome
 
@@ -130,8 +135,9 @@ async def _send_all(
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
 
         async def send(request: BenchRequest) -> RequestOutcome:
-            payload = _completion_payload(config.model, request)
-            return judged(await stream_completion(client, url, payload, headers, request.prompt_len), request.output_len)
+            payload = _completion_payload(config.model, request, config.ignore_eos)
+            outcome = await stream_completion(client, url, payload, headers, request.prompt_len)
+            return judged(outcome, request.output_len, config.ignore_eos)
 
         if warmups:
             await at_fixed_concurrency(send, warmups, config.concurrency or len(warmups))
@@ -156,16 +162,18 @@ async def _send_all(
         return outcomes, time.perf_counter() - start
 
 
-def _completion_payload(model: str, request: BenchRequest) -> dict:
-    return {
+def _completion_payload(model: str, request: BenchRequest, ignore_eos: bool = True) -> dict:
+    payload = {
         "model": model,
         "prompt": request.prompt,
         "max_tokens": request.output_len,
-        "ignore_eos": True,  # an extension SGLang, vLLM, llama.cpp and tercet accept
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if ignore_eos:
+        payload["ignore_eos"] = True  # an extension SGLang, vLLM, llama.cpp and tercet accept
+    return payload
 
 
 def _headers(config: BenchConfig) -> dict:

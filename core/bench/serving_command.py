@@ -48,6 +48,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for prompts and arrivals (default: 0)")
     parser.add_argument("--warmup", type=non_negative_int, default=0, metavar="N", help="unmeasured requests sent first")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer for the prompts (default: the default model's)")
+    parser.add_argument(
+        "--no-ignore-eos", dest="ignore_eos", action="store_false",
+        help="do not send ignore_eos (for servers that reject it, such as transformers serve); "
+             "requests may then end early at EOS, and the tokens they delivered are counted",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -68,6 +73,7 @@ def run_bench(arguments: argparse.Namespace) -> int:
         seed=arguments.seed,
         warmup=arguments.warmup,
         tokenizer=arguments.tokenizer,
+        ignore_eos=arguments.ignore_eos,
     )
     try:
         run = run_serving_benchmark(config)

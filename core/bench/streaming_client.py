@@ -72,7 +72,11 @@ async def stream_completion(
     except ValueError as error:  # a data line that is not JSON
         return tally.outcome(prompt_len, f"malformed stream: {_shorten(str(error))}")
     if tally.end is None:
-        return tally.outcome(prompt_len, "the stream ended without [DONE]")
+        if not tally.has_finished:
+            return tally.outcome(prompt_len, "the stream ended without [DONE]")
+        # Some servers (transformers serve) close the stream after the finish
+        # chunk and never send [DONE]: a clean close after a finish is an end.
+        tally.end = time.perf_counter()
     return tally.outcome(prompt_len)
 
 
@@ -103,6 +107,7 @@ class ChunkTally:
         self.running_completion_tokens = 0
         self.has_tokens_per_chunk = False
         self.final_usage: dict | None = None
+        self.has_finished = False  # a chunk carried a finish_reason
 
     def note(self, chunk: dict, now: float) -> None:
         choices = chunk.get("choices") or []
@@ -110,6 +115,7 @@ class ChunkTally:
         # The final usage comes on a chunk of its own (OpenAI) or on the
         # finish chunk (llama.cpp): either way it is the total, not a running count.
         is_last = not choices or any(choice.get("finish_reason") for choice in choices)
+        self.has_finished = self.has_finished or bool(choices) and is_last
         if usage and is_last:
             self.final_usage = usage
         if not choices:

@@ -76,3 +76,26 @@ def test_neither_concurrency_nor_rate_is_a_usage_error():
     completed = run_bench("--num-prompts", "2", timeout=60)
     assert completed.returncode == 2
     assert "--concurrency N, --request-rate R, or both" in completed.stderr
+
+
+def test_no_ignore_eos_leaves_the_extension_out_and_accepts_short_outputs(bench_tiny_server):
+    from tercet.bench.serving import _completion_payload, judged
+    from tercet.bench.streaming_client import RequestOutcome
+    from tercet.bench.workload import BenchRequest
+
+    request = BenchRequest("hello", 2, 16)
+    assert _completion_payload("m", request)["ignore_eos"] is True
+    assert "ignore_eos" not in _completion_payload("m", request, ignore_eos=False)
+    short = RequestOutcome(is_success=True, error="", prompt_len=2, server_prompt_tokens=2, output_tokens=5,
+                           ttft=0.1, itl=(0.01,) * 4, latency=0.2)
+    assert judged(short, 16, ignore_eos=False) == short
+    assert not judged(short, 16).is_success
+
+    completed = run_bench(
+        "--base-url", bench_tiny_server.base_url, "--num-prompts", "3", "--concurrency", "3",
+        "--input-len", "16", "--output-len", "8", "--no-ignore-eos", "--json",
+    )
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    assert result["config"]["ignore_eos"] is False
+    assert result["completed"] == 3 and 3 <= result["total_output_tokens"] <= 3 * 8

@@ -78,3 +78,36 @@ def test_usage_on_the_finish_chunk_is_the_total_not_a_burst_of_tokens():
     assert outcome.itl == pytest.approx((0.1, 0.1))
     assert outcome.output_tokens == 3 and outcome.server_prompt_tokens == 5
     assert not outcome.has_tokens_per_chunk
+
+
+def _stream_of(events: list[str]):
+    import asyncio
+
+    import httpx
+
+    from tercet.bench.streaming_client import stream_completion
+
+    body = "".join(f"data: {event}\n\n" for event in events).encode()
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+
+    async def run():
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await stream_completion(client, "http://server/v1/completions", {"stream": True}, {}, 3)
+
+    return asyncio.run(run())
+
+
+def test_a_stream_closed_after_its_finish_chunk_without_done_is_complete():
+    import json
+
+    finish = {"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+              "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    outcome = _stream_of([json.dumps(text_chunk("a")), json.dumps(text_chunk("b")), json.dumps(finish)])
+    assert outcome.is_success and outcome.output_tokens == 2
+
+
+def test_a_stream_cut_before_any_finish_is_a_failure():
+    import json
+
+    outcome = _stream_of([json.dumps(text_chunk("a")), json.dumps(text_chunk("b"))])
+    assert not outcome.is_success and outcome.error == "the stream ended without [DONE]"
