@@ -100,12 +100,12 @@ class LlamaAttention(nn.Module):
         self.qkv_proj = nn.Linear(shape.hidden_size, self.q_size + 2 * self.kv_size, bias=shape.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=shape.o_bias)
 
-    def forward(self, hidden, cos, sin, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
+    def forward(self, hidden, cos, signed_sin, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
         qkv = self.qkv_proj(hidden)
         # q and k sit side by side in the fused projection: rotate them in one pass.
         qk_size = self.q_size + self.kv_size
         qk = qkv[:, :qk_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(qk, cos, sin).split([self.num_heads, self.num_kv_heads], dim=1)
+        q, k = apply_rotary(qk, cos, signed_sin).split([self.num_heads, self.num_kv_heads], dim=1)
         v = qkv[:, qk_size:].view(-1, self.num_kv_heads, self.head_dim)
         return self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache))
 
@@ -129,8 +129,8 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = LlamaMLP(shape)
 
-    def forward(self, hidden, cos, sin, batch, backend, kv_cache):
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, batch, backend, kv_cache)
+    def forward(self, hidden, cos, signed_sin, batch, backend, kv_cache):
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, signed_sin, batch, backend, kv_cache)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -204,10 +204,10 @@ class LlamaForCausalLM(nn.Module):
         """The last decoder layer's output ``[T, hidden]`` for every new token, before the final norm."""
         if self.attention_backend is None or self.kv_cache is None:
             raise RuntimeError("attach an attention backend and a KV cache before calling forward")
-        cos, sin = self.rotary.cos_sin(batch.positions)
+        cos, signed_sin = self.rotary.cos_sin(batch.positions)
         hidden = self.model.embed_tokens(batch.input_ids)
         for layer in self.model.layers:
-            hidden = layer(hidden, cos, sin, batch, self.attention_backend, self.kv_cache)
+            hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
         return hidden
 
     def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
