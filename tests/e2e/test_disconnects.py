@@ -90,13 +90,19 @@ def test_non_streaming_client_timing_out_aborts_its_request(server, baseline):
             post = asyncio.create_task(client.post("/generate", json=GENERATE_BODY))
             ranks = await asyncio.to_thread(wait_for_ranks, server.base_url, lambda r: num_running(r) == 1, 10)
             assert kv_used(ranks) > baseline
+            # Hold generation so the request cannot finish before the client gives
+            # up, however fast the model runs; aborts are still handled while paused.
+            assert (await client.post("/pause_generation")).json()["is_paused"] is True
             with pytest.raises(httpx.ReadTimeout):
                 await post
         # The client gave up and its connection is closed.
         return time.monotonic()
 
-    closed_at = asyncio.run(post_and_give_up())
-    took = assert_back_to_idle_within(server, baseline, ABORT_DEADLINE, closed_at)
+    try:
+        closed_at = asyncio.run(post_and_give_up())
+        took = assert_back_to_idle_within(server, baseline, ABORT_DEADLINE, closed_at)
+    finally:
+        assert httpx.post(server.base_url + "/continue_generation", timeout=30).status_code == 200
     print(f"\nnon-streaming: idle {took * 1000:.0f} ms after the client timed out")
 
 
