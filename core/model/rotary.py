@@ -93,8 +93,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -
     """Rotate ``x`` ``[T, heads, head_dim]`` by the rotate-half convention.
 
     Equal, bit for bit, to the reference ``x * cos + cat(-x2, x1) * sin``, in
-    three elementwise ops instead of seven: swapping the halves is one ``flip``
-    of a ``[.., 2, head_dim / 2]`` view, and the sign lives in ``signed_sin``.
+    four computing ops instead of five (neg, cat, two muls, add): swapping the
+    halves is one ``flip`` of a ``[.., 2, head_dim / 2]`` view, and the sign
+    lives in ``signed_sin``.
     Call it once on q and k together (they are adjacent in the fused projection).
     """
     tokens, heads, head_dim = x.shape
