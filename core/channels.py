@@ -1,7 +1,9 @@
 """Typed ZeroMQ channels: a PUSH or PULL socket plus the configured serializer.
 
 Every edge is one-way PUSH/PULL. A message that does not decode to a
-registered type is logged and dropped, so a bad sender cannot take a manager down.
+registered type, or whose fields do not hold the types its class declares
+(:mod:`tercet.message_check`), is logged with the edge it came in on, counted
+and dropped, so a bad sender cannot take a manager down.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ import logging
 
 import zmq
 import zmq.asyncio
+
+from tercet.containment import ContainedFailures
+from tercet.message_check import MalformedMessageError, check_message
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +49,13 @@ class MessageSender:
 
 
 class MessageReceiver:
-    def __init__(self, context: zmq.Context, endpoint: str, serializer, bind: bool = True):
+    """``edge`` names where messages come from, for the log; ``failures`` counts the ones dropped."""
+
+    def __init__(self, context: zmq.Context, endpoint: str, serializer, bind: bool = True, edge: str | None = None,
+                 failures: ContainedFailures | None = None):
         self.socket = context.socket(zmq.PULL)
         _attach(self.socket, endpoint, bind)
-        self.serializer = serializer
+        self.decoder = _Decoder(serializer, edge or endpoint, failures)
 
     def poll(self, timeout_ms: int | None) -> bool:
         return bool(self.socket.poll(timeout_ms))
@@ -60,7 +68,7 @@ class MessageReceiver:
                 data = self.socket.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return messages
-            message = _decode_or_none(self.serializer, data.bytes)
+            message = self.decoder.decode_or_none(data.bytes)
             if message is not None:
                 messages.append(message)
 
@@ -69,14 +77,15 @@ class MessageReceiver:
 
 
 class AsyncMessageReceiver:
-    def __init__(self, context: zmq.asyncio.Context, endpoint: str, serializer, bind: bool = True):
+    def __init__(self, context: zmq.asyncio.Context, endpoint: str, serializer, bind: bool = True,
+                 edge: str | None = None, failures: ContainedFailures | None = None):
         self.socket = context.socket(zmq.PULL)
         _attach(self.socket, endpoint, bind)
-        self.serializer = serializer
+        self.decoder = _Decoder(serializer, edge or endpoint, failures)
 
     async def receive(self):
         while True:
-            message = _decode_or_none(self.serializer, await self.socket.recv())
+            message = self.decoder.decode_or_none(await self.socket.recv())
             if message is not None:
                 return message
 
@@ -84,9 +93,28 @@ class AsyncMessageReceiver:
         self.socket.close(linger=0)
 
 
-def _decode_or_none(serializer, data: bytes):
-    try:
-        return serializer.decode(data)
-    except Exception as error:  # any undecodable input is the sender's fault, not ours
-        logger.error("dropped an undecodable message (%d bytes): %s", len(data), error)
-        return None
+class _Decoder:
+    def __init__(self, serializer, edge: str, failures: ContainedFailures | None):
+        self.serializer = serializer
+        self.edge = edge
+        self.failures = failures or ContainedFailures("receiver", logger)
+
+    def decode_or_none(self, data: bytes):
+        # Any input that does not decode, or decodes to nonsense, is the sender's fault, not ours.
+        try:
+            message = self.serializer.decode(data)
+        except Exception as error:
+            self._drop("undecodable_message", f"dropped an undecodable message ({len(data)} bytes) from {self.edge}: {error}")
+            return None
+        try:
+            check_message(message)
+        except MalformedMessageError as error:
+            self._drop("malformed_message", f"dropped a malformed message from {self.edge}: {error}")
+            return None
+        return message
+
+    def _drop(self, kind: str, description: str) -> None:
+        # Each drop is logged (the line names the edge), not only the first of its kind:
+        # a forged message is worth seeing every time.
+        logger.error("%s", description)
+        self.failures.count(kind)

@@ -9,7 +9,7 @@ import sys
 from tercet.bench.ipc_roundtrip import add_ipc_arguments
 from tercet.bench.offline import add_offline_arguments
 from tercet.bench.serving_command import add_bench_arguments
-from tercet.config import config_as_toml, load_config, parse_set_options
+from tercet.config import check_api_key, config_as_toml, load_config, parse_set_options
 from tercet.errors import TercetError
 
 
@@ -28,6 +28,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_arguments(arguments: argparse.Namespace):
+    if arguments.api_key is not None:
+        check_api_key(arguments.api_key, "--api-key")
     overrides = parse_set_options(arguments.assignments)
     direct = {
         ("model", "path"): arguments.model,

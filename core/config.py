@@ -45,7 +45,8 @@ class ModelConfig:
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = field(default=30000, metadata={"min": 0, "max": 65535})
-    api_key: str | None = None
+    # Unset: no authentication. Set: never blank or a placeholder (see check_api_key).
+    api_key: str | None = field(default=None, metadata={"refuses_placeholders": True})
     log_level: str = _choice("info", "debug", "info", "warning", "error")
     startup_timeout: float = _at_least(900.0, 1.0)
     # Seconds GET /health_generate waits for its one-token generation before answering 503.
@@ -156,11 +157,29 @@ def load_config(
                 raise ConfigError(f"{origin}: [{section}] must be a table")
             for key, value in values.items():
                 declared = _declared_field(section_type, section, key, origin)
+                if declared.metadata.get("refuses_placeholders"):
+                    # Before text parsing, which reads "" and "none" as "unset".
+                    check_api_key(value, _where(origin, section, key))
                 if values_are_text and isinstance(value, str):
                     value = parse_text_value(declared, section, key, value, origin)
                 merged.setdefault(section, {})[key] = _checked(declared, section, key, value, origin)
     sections = {name: SECTIONS[name](**merged.get(name, {})) for name in SECTIONS}
     return TercetConfig(**sections, plugins=plugin_options)
+
+
+# Values that say "no key" rather than being one: a shell variable that was
+# never set ("$KEY" expands to ""), or a templating tool's rendering of nothing.
+PLACEHOLDER_API_KEYS = {"", "none", "null"}
+
+
+def check_api_key(value: Any, where: str) -> None:
+    """An empty or placeholder key is an error, never "no authentication": with
+    ``--api-key "$KEY"`` and KEY unset, the server would serve everyone."""
+    if isinstance(value, str) and value.strip().lower() in PLACEHOLDER_API_KEYS:
+        raise ConfigError(
+            f"{where} is {value!r}, which would turn authentication off; give a real key, "
+            "or leave it out to serve without one"
+        )
 
 
 def read_toml(path: str) -> dict:
@@ -281,6 +300,13 @@ def _merge_plugin_options(target: dict, values: Any, origin: str) -> None:
         raise ConfigError(f"{origin}: [plugins] must hold one table per plugin, [plugins.<name>]")
     for plugin, options in values.items():
         target.setdefault(plugin, {}).update(options)
+
+
+def _where(origin: str, section: str, key: str) -> str:
+    """Where a value came from, as the user wrote it there."""
+    if origin == "environment":
+        return f"environment: TERCET_{section.upper()}_{key.upper()}"
+    return f"{origin}: {section}.{key}"
 
 
 def _section_type(section: str, origin: str) -> type:

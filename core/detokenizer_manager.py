@@ -4,6 +4,11 @@ It owns only the text boundary; the strategy (a plugin) turns each request's
 token ids into complete text, holding back incomplete UTF-8, and a
 :class:`StopStringFilter` per request with stop strings trims the match and
 holds back text that may still become one.
+
+The strategy is a plugin: when it raises on one request, that request alone
+ends with an internal error (its client is told, the schedulers are asked to
+abort it, its later outputs are dropped), and the other rows of the batch go
+out as usual.
 """
 
 from __future__ import annotations
@@ -14,8 +19,16 @@ import zmq
 
 from tercet.channels import MessageReceiver, MessageSender
 from tercet.child_process import run_child
+from tercet.containment import INTERNAL_FAILURE_STATUS, ContainedFailures, internal_failure_message
 from tercet.dispatcher import TypeBasedDispatcher
-from tercet.messages import BatchStrOutput, BatchTokenIDOutput, DetokenizeParams, FinishReason
+from tercet.messages import (
+    AbortReq,
+    BatchStrOutput,
+    BatchTokenIDOutput,
+    ContainedFailureReport,
+    DetokenizeParams,
+    FinishReason,
+)
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.stage_timer import stage_timer
@@ -23,16 +36,44 @@ from tercet.stop_strings import StopStringFilter
 
 logger = logging.getLogger(__name__)
 DEFAULT_DETOKENIZE_PARAMS = DetokenizeParams()
+EDGE_FROM_SCHEDULER = "edge 2 (scheduler -> detokenizer)"
+
+
+class _ReportingFailures(ContainedFailures):
+    """Counts here, and tells the TokenizerManager, which shows the counts."""
+
+    def __init__(self, sender: MessageSender):
+        super().__init__("detokenizer", logger)
+        self.sender = sender
+
+    def count(self, kind: str, plugin: str | None = None) -> int:
+        try:
+            self.sender.send(ContainedFailureReport("detokenizer", kind, plugin))
+        except Exception:  # the count here is what matters; the report is a courtesy
+            logger.exception("could not report a contained failure")
+        return super().count(kind, plugin)
 
 
 class DetokenizerManager:
     def __init__(self, context: ProcessContext, port_args, tokenizer):
         serializer = context.create_serializer()
         self.zmq_context = zmq.Context()
-        self.receiver = MessageReceiver(self.zmq_context, port_args.detokenizer_input, serializer, bind=True)
         self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
-        self.detokenizer = context.registries.detokenizers.get(context.config.detokenizer.strategy)(tokenizer)
+        self.failures = _ReportingFailures(self.sender_to_tokenizer)
+        self.receiver = MessageReceiver(
+            self.zmq_context, port_args.detokenizer_input, serializer, bind=True,
+            edge=EDGE_FROM_SCHEDULER, failures=self.failures,
+        )
+        # A request the strategy failed on is aborted wherever it runs (abort is idempotent).
+        self.senders_to_schedulers = [
+            MessageSender(self.zmq_context, endpoint, serializer) for endpoint in port_args.scheduler_inputs
+        ]
+        strategy = context.config.detokenizer.strategy
+        self.detokenizer = context.registries.detokenizers.get(strategy)(tokenizer)
+        self.strategy_plugin = context.registries.detokenizers.entries[strategy].plugin_name
         self.started_rids: set[str] = set()
+        # Requests the strategy failed on whose last output has not come yet: their outputs are dropped.
+        self.failed_rids: set[str] = set()
         self.stop_filters: dict[str, StopStringFilter] = {}
         self.timer = stage_timer("detokenizer", context.config.server.profile_interval, logger)
         self.dispatcher = TypeBasedDispatcher(
@@ -51,37 +92,76 @@ class DetokenizerManager:
             with self.timer.stage("receive"):
                 messages = self.receiver.receive_pending()
             for message in messages:
-                self.dispatcher(message)
+                self.dispatch(message)
             self.timer.end_step()
+
+    def dispatch(self, message) -> None:
+        self.dispatcher.dispatch_contained(message, EDGE_FROM_SCHEDULER, self.failures)
 
     def close(self) -> None:
         self.receiver.close()
         self.sender_to_tokenizer.close()
+        for sender in self.senders_to_schedulers:
+            sender.close()
         self.zmq_context.term()
 
     def handle_batch_token_id_output(self, batch: BatchTokenIDOutput) -> None:
+        kept: list[int] = []
+        text_deltas: list[str] = []
+        finished_reasons = list(batch.finished_reasons)
         with self.timer.stage("detokenize"):
-            text_deltas = [
-                self.text_delta(rid, token_ids, finish_reason, params)
-                for rid, token_ids, finish_reason, params in zip(
-                    batch.rids, batch.new_token_ids, batch.finished_reasons, batch.detokenize_params
-                )
-            ]
+            for row, (rid, token_ids, finish_reason, params) in enumerate(
+                zip(batch.rids, batch.new_token_ids, batch.finished_reasons, batch.detokenize_params)
+            ):
+                if rid in self.failed_rids:
+                    if finish_reason is not None:  # its last output: nothing more will come
+                        self.failed_rids.discard(rid)
+                    continue
+                try:
+                    text_deltas.append(self.text_delta(rid, token_ids, finish_reason, params))
+                except Exception:
+                    finished_reasons[row] = self.fail_request(rid, is_finished=finish_reason is not None)
+                    text_deltas.append("")
+                kept.append(row)
         with self.timer.stage("send"):
-            self.send_text(batch, text_deltas)
+            self.send_text(batch, kept, text_deltas, finished_reasons)
 
-    def send_text(self, batch: BatchTokenIDOutput, text_deltas: list[str]) -> None:
+    def fail_request(self, rid: str, is_finished: bool) -> FinishReason:
+        """The strategy raised on ``rid``: forget it, abort it, and give the finish reason its client gets."""
+        self.failures.record("detokenizer", f"detokenizing request {rid!r} failed", plugin=self.strategy_plugin)
+        self.started_rids.discard(rid)
+        self.stop_filters.pop(rid, None)
+        try:
+            self.detokenizer.finish(rid)  # lets the strategy drop its state, if it still can
+        except Exception:
+            pass
+        if not is_finished:
+            self.failed_rids.add(rid)
+            for sender in self.senders_to_schedulers:
+                sender.send(AbortReq(rid))
+        return FinishReason(
+            "abort", message=internal_failure_message("turning its tokens into text"), status_code=INTERNAL_FAILURE_STATUS
+        )
+
+    def send_text(self, batch: BatchTokenIDOutput, rows: list[int], text_deltas: list[str],
+                  finished_reasons: list[FinishReason | None]) -> None:
+        if not rows:
+            return
+
+        def column(values: list) -> list:
+            return values if len(rows) == len(values) else [values[row] for row in rows]
+
         self.sender_to_tokenizer.send(
             BatchStrOutput(
-                rids=batch.rids,
+                rids=column(batch.rids),
                 text_deltas=text_deltas,
-                new_token_ids=batch.new_token_ids,
-                finished_reasons=batch.finished_reasons,
-                prompt_tokens=batch.prompt_tokens,
-                completion_tokens=batch.completion_tokens,
-                output_logprobs=batch.output_logprobs,
-                prompt_logprobs=batch.prompt_logprobs,
-                cached_tokens=batch.cached_tokens,
+                new_token_ids=column(batch.new_token_ids),
+                finished_reasons=column(finished_reasons),
+                prompt_tokens=column(batch.prompt_tokens),
+                completion_tokens=column(batch.completion_tokens),
+                output_logprobs=column(batch.output_logprobs),
+                prompt_logprobs=column(batch.prompt_logprobs),
+                cached_tokens=column(batch.cached_tokens),
             )
         )
 

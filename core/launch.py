@@ -21,6 +21,7 @@ from tercet.errors import TercetError
 from tercet.plugin_manager import collect_pairs
 from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext, configure_logging
+from tercet.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
 from tercet.scheduler.process import run_scheduler_process
 from tercet.supervisor import ChildFailed, ChildSupervisor
 from tercet.watchdog import StepHeartbeat
@@ -50,7 +51,11 @@ def launch_server(config: TercetConfig) -> int:
             "ipc.serializer = %r can run code chosen by anyone able to write to the IPC endpoints; "
             "use it only when every process on them is trusted", config.ipc.serializer,
         )
+    for removed in sweep_abandoned_runtime_dirs():
+        logger.info("removed %s, left behind by a server that is gone", removed)
     port_args = PortArgs.create(context.create_transport(), dp_size=config.scheduler.dp_size)
+    # Removes the directory if this process dies without its finally (SIGKILL, OOM).
+    watcher = RuntimeDirWatcher(port_args.runtime_dir)
     logger.info(
         "IPC endpoints: scheduler %s, detokenizer %s, tokenizer %s",
         ", ".join(port_args.scheduler_inputs), port_args.detokenizer_input, port_args.tokenizer_input,
@@ -73,6 +78,7 @@ def launch_server(config: TercetConfig) -> int:
     finally:
         supervisor.stop_all()
         port_args.remove_runtime_dir()
+        watcher.stop()
 
 
 async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int) -> int:

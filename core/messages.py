@@ -2,7 +2,7 @@
 
 edge 1  TokenizerManager -> Scheduler       TokenizedGenerateReq, AbortReq
 edge 2  Scheduler -> DetokenizerManager     BatchTokenIDOutput
-edge 3  DetokenizerManager -> TokenizerManager  BatchStrOutput
+edge 3  DetokenizerManager -> TokenizerManager  BatchStrOutput, ContainedFailureReport
 
 Batches are columns (one list per field) so one message carries a whole step.
 """
@@ -130,6 +130,16 @@ class BatchStrOutput:
     cached_tokens: list[int]
 
 
+@dataclass(frozen=True)
+class ContainedFailureReport:
+    """A child without a control channel (the detokenizer) reports each failure
+    it contained to the TokenizerManager, which counts them for /get_server_info."""
+
+    component: str
+    kind: str
+    plugin: str | None = None
+
+
 CORE_MESSAGE_TYPES = {
     "tercet.sampling_params": SamplingParams,
     "tercet.finish_reason": FinishReason,
@@ -139,6 +149,7 @@ CORE_MESSAGE_TYPES = {
     "tercet.abort_req": AbortReq,
     "tercet.batch_token_id_output": BatchTokenIDOutput,
     "tercet.batch_str_output": BatchStrOutput,
+    "tercet.contained_failure_report": ContainedFailureReport,
 }
 
 

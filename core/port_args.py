@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
+
+from tercet.runtime_dir import create_runtime_dir
 
 
 @dataclass(frozen=True)
 class PortArgs:
-    # Private per-instance directory (mode 0700) for ipc sockets and nothing else.
+    # Private per-instance directory (mode 0700) for ipc sockets and the file
+    # naming its owner (see tercet.runtime_dir), nothing else.
     runtime_dir: str
     # edge 1: TokenizerManager -> Scheduler, one per data-parallel rank (each scheduler binds its own)
     scheduler_inputs: tuple[str, ...]
@@ -22,8 +23,7 @@ class PortArgs:
 
     @classmethod
     def create(cls, transport, parent_dir: str | None = None, dp_size: int = 1) -> "PortArgs":
-        runtime_dir = tempfile.mkdtemp(prefix="tercet-", dir=parent_dir)
-        os.chmod(runtime_dir, 0o700)
+        runtime_dir = create_runtime_dir(parent_dir)
         return cls(
             runtime_dir=runtime_dir,
             scheduler_inputs=tuple(transport.endpoint(f"scheduler_input_{rank}", runtime_dir) for rank in range(dp_size)),

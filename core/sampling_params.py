@@ -3,10 +3,18 @@
 Names follow SGLang's native API; the OpenAI routes map their names onto these
 (``max_tokens`` -> ``max_new_tokens``, ``logprobs``/``top_logprobs`` ->
 ``return_logprob``/``top_logprobs_num``, ``echo`` -> ``return_prompt_logprob``).
+
+:data:`FIELD_RANGES` is the one table of every numeric field's range:
+:meth:`SamplingParams.validate` checks it and ``GET /openapi.json`` documents it,
+so the two cannot drift apart. Every integer range fits in what the wire format
+carries (msgpack: 64 bits) and what the scheduler stores (int64 tensors; a seed
+up to 2**64 - 1 is folded into int64 there), so an accepted value can always be
+sent and used.
 """
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 
 from tercet.errors import RequestError
@@ -14,6 +22,93 @@ from tercet.errors import RequestError
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16
 MAX_STOP_STRINGS = 16
+INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+UINT64_MAX = (1 << 64) - 1
+# Token ids are 32-bit in every tokenizer library; the bound for token ids and
+# top_k when the vocabulary size is not known.
+MAX_VOCAB_SIZE = INT32_MAX
+# Far past any context length (which the TokenizerManager checks), and within int32.
+MAX_TOKEN_COUNT = INT32_MAX
+
+
+@dataclass(frozen=True)
+class IntRange:
+    """The integers from ``minimum`` to ``maximum``, both included.
+
+    A field bounded by the vocabulary has ``vocab_offset``: when the vocabulary
+    size is known the maximum is ``vocab_size + vocab_offset`` instead (top_k:
+    the vocabulary size; a token id: one less).
+    """
+
+    minimum: int
+    maximum: int
+    vocab_offset: int | None = None
+
+    def maximum_for(self, vocab_size: int | None) -> int:
+        if self.vocab_offset is None or vocab_size is None:
+            return self.maximum
+        return min(self.maximum, vocab_size + self.vocab_offset)
+
+    def check(self, value, name: str, vocab_size: int | None = None, subject: str | None = None) -> None:
+        """Refuse ``value`` unless in range; the error names param ``name`` and
+        says ``subject`` (default: ``name``) "must be…"."""
+        maximum = self.maximum_for(vocab_size)
+        if not isinstance(value, int) or isinstance(value, bool) or not self.minimum <= value <= maximum:
+            raise RequestError(
+                f"{subject or name} must be an integer from {self.minimum} to {maximum}, got {shown(value)}", name
+            )
+
+
+@dataclass(frozen=True)
+class NumberRange:
+    """The numbers from ``minimum`` (excluded when ``exclusive_minimum``) to ``maximum``."""
+
+    minimum: float
+    maximum: float
+    exclusive_minimum: bool = False
+
+    def check(self, value, name: str, vocab_size: int | None = None, subject: str | None = None) -> None:
+        """As :meth:`IntRange.check` (no number range depends on the vocabulary)."""
+        subject = subject or name
+        # value != value: NaN, which passes every comparison.
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+            raise RequestError(f"{subject} must be a number, got {shown(value)}", name)
+        too_small = value <= self.minimum if self.exclusive_minimum else value < self.minimum
+        if too_small or value > self.maximum:
+            bracket = "(" if self.exclusive_minimum else "["
+            interval = f"{bracket}{self.minimum:g}, {self.maximum:g}]"
+            raise RequestError(f"{subject} must be in {interval}, got {shown(value)}", name)
+
+
+TOKEN_ID = IntRange(0, MAX_VOCAB_SIZE - 1, vocab_offset=-1)
+
+# Every numeric SamplingParams field's range; for stop_token_ids each id's, for
+# logit_bias each bias's (its keys are TOKEN_IDs).
+FIELD_RANGES: dict[str, IntRange | NumberRange] = {
+    "max_new_tokens": IntRange(0, MAX_TOKEN_COUNT),
+    "min_new_tokens": IntRange(0, MAX_TOKEN_COUNT),
+    "temperature": NumberRange(0.0, 100.0),
+    "top_p": NumberRange(0.0, 1.0, exclusive_minimum=True),
+    "top_k": IntRange(-1, MAX_VOCAB_SIZE, vocab_offset=0),
+    "min_p": NumberRange(0.0, 1.0),
+    "frequency_penalty": NumberRange(-2.0, 2.0),
+    "presence_penalty": NumberRange(-2.0, 2.0),
+    "repetition_penalty": NumberRange(0.0, 10.0, exclusive_minimum=True),
+    # Signed or unsigned: what a 64-bit wire format can carry.
+    "seed": IntRange(INT64_MIN, UINT64_MAX),
+    "stop_token_ids": TOKEN_ID,
+    "logit_bias": NumberRange(-100.0, 100.0),
+    "n": IntRange(1, MAX_N),
+    "top_logprobs_num": IntRange(0, MAX_TOP_LOGPROBS),
+}
+# validate names parameters the OpenAI way; /generate renames them back.
+OPENAI_PARAM_NAMES = {
+    "max_new_tokens": "max_tokens",
+    "min_new_tokens": "min_tokens",
+    "top_logprobs_num": "top_logprobs",
+}
+FLAG_FIELDS = ("ignore_eos", "skip_special_tokens", "no_stop_trim", "return_logprob", "return_prompt_logprob")
 
 
 @dataclass(frozen=True)
@@ -47,65 +142,71 @@ class SamplingParams:
     return_prompt_logprob: bool = False
 
     def validate(self, vocab_size: int | None = None) -> None:
-        _check_int(self.max_new_tokens, "max_tokens", minimum=0)
-        _check_int(self.min_new_tokens, "min_tokens", minimum=0)
+        if not isinstance(self.stop_token_ids, list):
+            raise RequestError("stop_token_ids must be a list of token ids", "stop_token_ids")
+        if not isinstance(self.logit_bias, dict):
+            raise RequestError("logit_bias must map token ids to numbers", "logit_bias")
+        for name, value in self._ranged_values():
+            param = OPENAI_PARAM_NAMES.get(name, name)
+            subject = f"each token id in {param}" if name == "stop_token_ids" else None
+            FIELD_RANGES[name].check(value, param, vocab_size, subject)
         if self.min_new_tokens > self.max_new_tokens:
             raise RequestError(
                 f"min_tokens ({self.min_new_tokens}) must not exceed max_tokens ({self.max_new_tokens})", "min_tokens"
             )
-        _check_number(self.temperature, "temperature", 0.0, 100.0)
-        _check_number(self.top_p, "top_p", 0.0, 1.0, exclusive_minimum=True)
-        _check_int(self.top_k, "top_k", minimum=-1)
-        _check_number(self.min_p, "min_p", 0.0, 1.0)
-        _check_number(self.frequency_penalty, "frequency_penalty", -2.0, 2.0)
-        _check_number(self.presence_penalty, "presence_penalty", -2.0, 2.0)
-        _check_number(self.repetition_penalty, "repetition_penalty", 0.0, 10.0, exclusive_minimum=True)
-        if self.seed is not None:
-            # What a 64-bit wire format can carry.
-            _check_int(self.seed, "seed", minimum=-(1 << 63), maximum=(1 << 64) - 1)
+        for token_id in self.logit_bias:
+            TOKEN_ID.check(token_id, "logit_bias", vocab_size, "each logit_bias key")
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise RequestError("stop must be a non-empty string or a list of non-empty strings", "stop")
         if len(self.stop) > MAX_STOP_STRINGS:
             raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings are allowed", "stop")
-        if not isinstance(self.stop_token_ids, list):
-            raise RequestError("stop_token_ids must be a list of token ids", "stop_token_ids")
-        for token_id in self.stop_token_ids:
-            _check_token_id(token_id, "stop_token_ids", vocab_size)
-        if not isinstance(self.logit_bias, dict):
-            raise RequestError("logit_bias must map token ids to numbers", "logit_bias")
-        for token_id, bias in self.logit_bias.items():
-            _check_token_id(token_id, "logit_bias", vocab_size)
-            _check_number(bias, "logit_bias", -100.0, 100.0)
-        _check_int(self.n, "n", minimum=1, maximum=MAX_N)
-        _check_int(self.top_logprobs_num, "top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
-        for name in ("ignore_eos", "skip_special_tokens", "no_stop_trim", "return_logprob", "return_prompt_logprob"):
+        for stop in self.stop:
+            check_text(stop, "stop")
+        for name in FLAG_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise RequestError(f"{name} must be true or false", name)
+
+    def _ranged_values(self):
+        """``(field, value)`` for every value :data:`FIELD_RANGES` bounds, in table order."""
+        for name in FIELD_RANGES:
+            value = getattr(self, name)
+            if name == "stop_token_ids":
+                yield from ((name, token_id) for token_id in value)
+            elif name == "logit_bias":
+                yield from ((name, bias) for bias in value.values())
+            elif not (name == "seed" and value is None):  # None: the TokenizerManager picks one
+                yield name, value
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
 
 
-def _check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RequestError(f"{name} must be an integer, got {value!r}", name)
-    if minimum is not None and value < minimum:
-        raise RequestError(f"{name} must be at least {minimum}, got {value}", name)
-    if maximum is not None and value > maximum:
-        raise RequestError(f"{name} must be at most {maximum}, got {value}", name)
+def check_text(value: str, name: str) -> None:
+    """Refuse a string UTF-8 cannot encode.
+
+    JSON's ``"\\ud800"`` decodes to a lone surrogate, which neither msgpack nor
+    a tokenizer can take: past the parsers it would fail far from its cause.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise RequestError(
+            f"{name} is not valid Unicode: it holds a lone surrogate {shown(value[error.start])} "
+            f"at position {error.start}",
+            name,
+        ) from None
 
 
-def _check_number(value, name: str, minimum: float, maximum: float, exclusive_minimum: bool = False) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        raise RequestError(f"{name} must be a number, got {value!r}", name)
-    too_small = value <= minimum if exclusive_minimum else value < minimum
-    if too_small or value > maximum:
-        bracket = "(" if exclusive_minimum else "["
-        raise RequestError(f"{name} must be in {bracket}{minimum:g}, {maximum:g}], got {value!r}", name)
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
 
 
-def _check_token_id(value, name: str, vocab_size: int | None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (vocab_size is not None and value >= vocab_size):
-        limit = f" below {vocab_size}" if vocab_size is not None else ""
-        raise RequestError(f"{name} must hold token ids (integers >= 0{limit}), got {value!r}", name)
+def shown(value) -> str:
+    """``repr(value)`` cut short, for error messages.
+
+    A request's value can be a 16 MB string or a list nested hundreds deep
+    (where the builtin ``repr`` hits the recursion limit); this stays short and
+    cannot fail. Like ``repr``, it escapes lone surrogates.
+    """
+    return _SHOWN.repr(value)

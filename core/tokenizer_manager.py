@@ -4,6 +4,11 @@ It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
 ``ReqState`` per completion id until the caller has consumed the last output;
 an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
 waiting callers.
+
+Tokenizing and chat templating run in worker threads: a long prompt takes
+seconds to tokenize, and on the event loop those seconds would stall every
+stream and health check. Hugging Face fast tokenizers release the GIL while
+encoding, so threads are enough.
 """
 
 from __future__ import annotations
@@ -12,26 +17,41 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import os
 import secrets
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable, TypeVar
 
 import zmq
 import zmq.asyncio
 
 from tercet.channels import AsyncMessageReceiver, MessageSender
 from tercet.communicator import Communicator
+from tercet.containment import ContainedFailures
+from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlReply, ControlRequest
 from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
 from tercet.io_struct import GenerateOutput, GenerateRequest
-from tercet.messages import AbortReq, BatchStrOutput, FinishReason, TokenizedGenerateReq, TokenLogprobs, choice_rid
+from tercet.messages import (
+    AbortReq,
+    BatchStrOutput,
+    ContainedFailureReport,
+    FinishReason,
+    TokenizedGenerateReq,
+    TokenLogprobs,
+    choice_rid,
+)
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.stage_timer import stage_timer
+from tercet.tokenizer import max_bytes_per_token
 
 logger = logging.getLogger(__name__)
+EDGE_TO_TOKENIZER = "edge 3 (detokenizer and schedulers -> TokenizerManager)"
+Result = TypeVar("Result")
 
 
 @dataclass
@@ -52,6 +72,9 @@ class TokenizerManager:
         self.served_model_name = served_model_name
         self.context_len = context_len
         self.vocab_size = len(tokenizer)
+        # None when the tokenizer allows no bound: prompts are then only measured by tokenizing.
+        self.max_bytes_per_token = max_bytes_per_token(tokenizer)
+        self.tokenize_pool = ThreadPoolExecutor(max_workers=_num_cpus(), thread_name_prefix="tercet-tokenize")
         scheduler_config = context.config.scheduler
         # Requests the server holds at once: a full batch plus the waiting queue.
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
@@ -65,13 +88,20 @@ class TokenizerManager:
         self.next_rank = itertools.cycle(range(len(self.senders_to_schedulers)))
         self.rank_of_rid: dict[str, int] = {}
         self.communicators: dict[type, Communicator] = {}
+        # This process's contained failures, and those the detokenizer reports (it logs its own).
+        self.failures = ContainedFailures("server", logger)
+        self.detokenizer_failures = ContainedFailures("detokenizer", logger)
         self.async_zmq_context = zmq.asyncio.Context()
-        self.receiver = AsyncMessageReceiver(self.async_zmq_context, port_args.tokenizer_input, serializer, bind=True)
+        self.receiver = AsyncMessageReceiver(
+            self.async_zmq_context, port_args.tokenizer_input, serializer, bind=True,
+            edge=EDGE_TO_TOKENIZER, failures=self.failures,
+        )
         self.rid_to_state: dict[str, ReqState] = {}
         self.dispatcher = TypeBasedDispatcher(
             [
                 (BatchStrOutput, self.handle_batch_str_output),
                 (ControlReply, self.handle_control_reply),
+                (ContainedFailureReport, self.handle_contained_failure_report),
                 *[
                     (message_type, lambda message, handler=handler: handler(self, message))
                     for message_type, handler in message_handlers(context.plugin_manager, "tokenizer")
@@ -93,11 +123,8 @@ class TokenizerManager:
     async def handle_loop(self) -> None:
         while True:
             message = await self.receiver.receive()
-            try:
-                with self.timer.stage("dispatch"):
-                    self.dispatcher(message)
-            except Exception:
-                logger.exception("failed to handle %s", type(message).__name__)
+            with self.timer.stage("dispatch"):
+                self.dispatcher.dispatch_contained(message, EDGE_TO_TOKENIZER, self.failures)
             self.timer.end_step()
 
     def close(self) -> None:
@@ -106,6 +133,7 @@ class TokenizerManager:
         self.receiver.close()
         for sender in self.senders_to_schedulers:
             sender.close()
+        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
 
     def is_healthy(self) -> bool:
         return self.unhealthy_reason is None
@@ -117,21 +145,39 @@ class TokenizerManager:
 
     # -- requests -----------------------------------------------------------
 
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+    async def run_off_loop(self, function: Callable[..., Result], *args) -> Result:
+        """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, function, *args)
+
+    async def tokenize_chat(self, messages: list[dict], max_new_tokens: int = 0) -> list[int]:
+        """:meth:`apply_chat_template` off the event loop."""
+        return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens)
+
+    def apply_chat_template(self, messages: list[dict], max_new_tokens: int = 0) -> list[int]:
+        """The conversation's prompt tokens. Blocks for as long as tokenizing takes:
+        from the event loop, await :meth:`tokenize_chat` instead."""
         try:
-            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         except Exception as error:  # template errors are the request's fault
             raise RequestError(f"messages could not be formatted with the chat template: {error}", "messages") from None
-        if isinstance(encoded, dict) or hasattr(encoded, "input_ids"):
-            encoded = encoded["input_ids"]
-        return list(encoded)
+        # Rendering is quick string work; measuring the rendered text (not the
+        # messages' contents, which a template may trim or leave out) keeps the
+        # bound sound before the slow part. The template writes the special
+        # tokens itself, as apply_chat_template(tokenize=True) does.
+        self.check_prompt_bytes(text, max_new_tokens, "messages")
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def tokenize(self, request: GenerateRequest) -> list[int]:
+        """The request's prompt tokens. Blocks for as long as tokenizing takes;
+        :meth:`generate` runs it off the event loop."""
+        max_new_tokens = request.sampling_params.max_new_tokens
         if request.input_ids is not None:
             input_ids = list(request.input_ids)
+            self.check_length(len(input_ids), max_new_tokens)  # before looking at each of a million ids
             if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.vocab_size for t in input_ids):
                 raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})", "input_ids")
         elif isinstance(request.text, str):
+            self.check_prompt_bytes(request.text, max_new_tokens, "prompt")
             input_ids = self.tokenizer.encode(request.text)
         else:
             raise RequestError("a prompt is required: text or input_ids", "prompt")
@@ -139,28 +185,48 @@ class TokenizerManager:
             raise RequestError("the prompt is empty", "prompt")
         return input_ids
 
-    def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
-        if num_prompt_tokens + max_new_tokens > self.context_len:
+    def check_prompt_bytes(self, text: str, max_new_tokens: int, param: str) -> None:
+        """Refuse text that cannot be tokenized, or that is too long by its size alone."""
+        try:
+            num_bytes = len(text.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            raise RequestError(f"the {param} is not valid Unicode text: {error.reason} at position {error.start}",
+                               param) from None
+        if self.max_bytes_per_token is None:
+            return
+        fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
+        if fewest_tokens + max_new_tokens > self.context_len:
             raise RequestError(
-                f"the prompt ({num_prompt_tokens} tokens) plus max_tokens ({max_new_tokens}) exceeds "
-                f"the model's context length of {self.context_len} tokens",
-                "max_tokens",
+                f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
+                f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
+                param,
             )
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        """Outputs of every completion of the request; see :class:`GenerateOutput`."""
+    def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
+        problem = context_length_problem(num_prompt_tokens, max_new_tokens, self.context_len)
+        if problem is not None:
+            raise RequestError(problem, "max_tokens")
+
+    def check_capacity(self, num_choices: int) -> None:
         if self.is_draining:
             raise RequestError("the server is shutting down; send the request to another instance", status_code=503)
-        sampling_params = request.sampling_params
-        sampling_params.validate(self.vocab_size)
-        if len(self.rid_to_state) + sampling_params.n > self.max_requests_in_flight:
+        if len(self.rid_to_state) + num_choices > self.max_requests_in_flight:
             raise RequestError(
                 f"the server already holds {len(self.rid_to_state)} requests "
                 "(scheduler.max_running_requests + scheduler.max_queued_requests); retry later",
                 status_code=503,
             )
-        input_ids = self.tokenize(request)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+        """Outputs of every completion of the request; see :class:`GenerateOutput`."""
+        sampling_params = request.sampling_params
+        sampling_params.validate(self.vocab_size)
+        self.check_capacity(sampling_params.n)  # refuse before the work of tokenizing
+        input_ids = await self.run_off_loop(self.tokenize, request)
         self.check_length(len(input_ids), sampling_params.max_new_tokens)
+        # Other requests came in while this one was tokenized. From here to the
+        # send nothing awaits, so these checks still hold when it is registered.
+        self.check_capacity(sampling_params.n)
         rid = request.rid or uuid.uuid4().hex
         rids = [choice_rid(rid, index, sampling_params.n) for index in range(sampling_params.n)]
         if any(choice in self.rid_to_state for choice in rids):
@@ -168,22 +234,26 @@ class TokenizerManager:
         if sampling_params.seed is None:
             # Fixed here, so what the scheduler receives fully determines the output.
             sampling_params = dataclasses.replace(sampling_params, seed=secrets.randbits(63))
+        message = TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream, request.priority, request.tenant)
         event = asyncio.Event()
         states = {choice: ReqState(index, event) for index, choice in enumerate(rids)}
-        self.rid_to_state.update(states)
         rank = self.choose_rank()
-        self.rank_of_rid.update((choice, rank) for choice in rids)
-        self.senders_to_schedulers[rank].send(
-            TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream, request.priority, request.tenant)
-        )
+        is_sent = False
+        # Registered inside the try that unregisters: a request whose message
+        # cannot be encoded, or that fails in any way, must not keep its place
+        # of max_requests_in_flight for good.
         try:
+            self.rid_to_state.update(states)
+            self.rank_of_rid.update((choice, rank) for choice in rids)
+            self.senders_to_schedulers[rank].send(message)
+            is_sent = True
             async for output in self._wait_for_outputs(states, event, request.stream):
                 if output.prompt_logprobs is not None:
                     output = dataclasses.replace(output, prompt_token_ids=input_ids)
                 yield output
         finally:
             for choice, state in states.items():
-                if not state.finished:
+                if is_sent and not state.finished:
                     # The caller stopped early (client gone, say): free the scheduler's work.
                     self.abort(choice)
                 self.rid_to_state.pop(choice, None)
@@ -259,6 +329,17 @@ class TokenizerManager:
                 state.finished = True
                 state.event.set()
 
+    def handle_contained_failure_report(self, report: ContainedFailureReport) -> None:
+        if report.component == "detokenizer":
+            self.detokenizer_failures.count(report.kind, report.plugin)
+        else:  # no other child reports this way: a confused sender
+            self.failures.count("unhandled_message")
+            logger.error("dropped a failure report from an unknown component %r", report.component)
+
+    def contained_failures(self) -> dict:
+        """This process's and the detokenizer's counts, for /get_server_info (each rank reports its own)."""
+        return {"server": self.failures.as_dict(), "detokenizer": self.detokenizer_failures.as_dict()}
+
     def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
         for position, rid in enumerate(batch.rids):
             state = self.rid_to_state.get(rid)
@@ -296,3 +377,11 @@ def merge_outputs(pieces: list[GenerateOutput]) -> GenerateOutput:
         output_logprobs=TokenLogprobs.concat([piece.output_logprobs for piece in pieces]),
         prompt_logprobs=next((p.prompt_logprobs for p in pieces if p.prompt_logprobs is not None), None),
     )
+
+
+def _num_cpus() -> int:
+    # The cores this process may run on, not the machine's (a container or taskset may allow fewer).
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

@@ -48,3 +48,26 @@ def test_async_receiver(tmp_path):
             receiver.close()
 
     assert asyncio.run(exchange()) == AbortReq("x")
+
+
+def test_a_message_whose_fields_do_not_fit_is_dropped_and_counted(tmp_path, caplog):
+    from tercet.containment import ContainedFailures
+
+    endpoint = f"ipc://{tmp_path}/edge"
+    context = zmq.Context()
+    failures = ContainedFailures("test")
+    receiver = MessageReceiver(context, endpoint, SERIALIZER, edge="edge 7 (a test)", failures=failures)
+    sender = MessageSender(context, endpoint, SERIALIZER)
+    try:
+        sender.send(AbortReq(12345))  # encodes fine; rid is not a str
+        sender.send(AbortReq("kept"))
+        received = []
+        while not received and receiver.poll(2000):
+            received += receiver.receive_pending()
+        assert received == [AbortReq("kept")]
+        assert failures.as_dict()["by_kind"] == {"malformed_message": 1}
+        assert "dropped a malformed message from edge 7 (a test): AbortReq.rid: expected str, got int" in caplog.text
+    finally:
+        sender.close()
+        receiver.close()
+        context.term()

@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tercet.cli import main
 
 
@@ -38,3 +40,9 @@ def test_plugins_text_listing(capsys):
     assert main(["plugins"]) == 0
     out = capsys.readouterr().out
     assert "registers transport: tcp" in out
+
+
+@pytest.mark.parametrize("placeholder", ["", "none", "NULL", "  "])
+def test_an_empty_or_placeholder_api_key_flag_is_an_error_naming_the_flag(capsys, placeholder):
+    assert main(["config", "show", "--api-key", placeholder]) != 0
+    assert "--api-key is" in capsys.readouterr().err

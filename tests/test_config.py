@@ -118,3 +118,26 @@ def test_plugin_tables_round_trip_through_config_show(tmp_path):
     config = load_config(environ={}, overrides={"plugins": {"fair_share": {"weights": {"acme": 2, "hobby": 0.5}, "names": ["a"]}}})
     (tmp_path / "shown.toml").write_text(config_as_toml(config))
     assert load_config(str(tmp_path / "shown.toml"), environ={}).plugins == config.plugins
+
+
+@pytest.mark.parametrize("placeholder", ["", "   ", "none", "None", "NULL", "null", " none "])
+def test_an_empty_or_placeholder_api_key_is_an_error_naming_where_it_came_from(tmp_path, placeholder):
+    """Such a key would silently turn authentication off (issue 12)."""
+    named = "which would turn authentication off"
+    with pytest.raises(ConfigError, match=f"environment: TERCET_SERVER_API_KEY is .*{named}"):
+        load_config(environ={"TERCET_SERVER_API_KEY": placeholder})
+    with pytest.raises(ConfigError, match=rf"command line: server\.api_key is .*{named}"):
+        load_config(environ={}, overrides=parse_set_options([f"server.api_key={placeholder}"]))
+    toml = tmp_path / "tercet.toml"
+    toml.write_text(f'[server]\napi_key = "{placeholder}"\n')
+    with pytest.raises(ConfigError, match=rf"config file {toml}: server\.api_key is .*{named}"):
+        load_config(str(toml), environ={})
+
+
+def test_a_real_api_key_or_none_at_all_is_accepted(tmp_path):
+    assert load_config(environ={}).server.api_key is None
+    assert load_config(environ={"TERCET_SERVER_API_KEY": "s3cret"}).server.api_key == "s3cret"
+    # A key that merely contains a placeholder word is a key.
+    assert load_config(environ={}, overrides=parse_set_options(["server.api_key=none-of-yours"])).server.api_key == (
+        "none-of-yours"
+    )

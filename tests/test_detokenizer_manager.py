@@ -73,7 +73,7 @@ class Harness:
         self.to_detokenizer.send(message)
         assert self.manager.receiver.poll(5000)
         for received in self.manager.receiver.receive_pending():
-            self.manager.dispatcher(received)
+            self.manager.dispatch(received)
 
     def exchange(self, batch: BatchTokenIDOutput) -> BatchStrOutput:
         self.deliver(batch)
@@ -284,4 +284,72 @@ def test_plugin_message_handlers_still_dispatch(tmp_path_factory, tokenizer):
         deltas = stream_request(harness, "x", encode(tokenizer, text), [2], DetokenizeParams())
         assert "".join(deltas) == text
     finally:
+        harness.close()
+
+
+POISON_TOKEN = 13
+
+
+class FaultyStrategyPlugin:
+    """A detokenizer strategy with a bug: it raises on one token id."""
+
+    @hookimpl
+    def register_detokenizers(self, register):
+        from tercet.plugins.incremental_detokenizer import IncrementalDetokenizer
+
+        class Faulty(IncrementalDetokenizer):
+            def append(self, rid, token_ids):
+                if POISON_TOKEN in token_ids:
+                    raise IndexError("a bug in the strategy")
+                return super().append(rid, token_ids)
+
+        register("faulty", Faulty)
+
+
+def test_a_failing_strategy_ends_only_its_request_and_aborts_it_in_the_scheduler(tmp_path_factory, tokenizer):
+    from tercet.messages import AbortReq, ContainedFailureReport
+
+    harness = Harness(
+        tmp_path_factory.mktemp("detok"), tokenizer, ["detokenizer.strategy=faulty"],
+        create_plugin_manager(load_entry_points=False, extra_plugins=[FaultyStrategyPlugin()]),
+    )
+    serializer = ProcessContext.create(load_config(environ={})).create_serializer()
+    # Plays the scheduler's input, where the abort goes.
+    to_scheduler = MessageReceiver(harness.zmq_context, harness.port_args.scheduler_input, serializer, bind=True)
+    try:
+        good_ids = encode(tokenizer, "fine text")
+        assert POISON_TOKEN not in good_ids
+        harness.deliver(batch([
+            {"rid": "good", "ids": good_ids[:1], "params": DetokenizeParams()},
+            {"rid": "bad", "ids": [POISON_TOKEN], "params": DetokenizeParams()},
+        ]))
+        received = []
+        while len(received) < 2 and harness.from_detokenizer.poll(5000):
+            received += harness.from_detokenizer.receive_pending()
+        (report,) = [m for m in received if isinstance(m, ContainedFailureReport)]
+        assert report == ContainedFailureReport("detokenizer", "detokenizer", harness.manager.strategy_plugin)
+        (output,) = [m for m in received if isinstance(m, BatchStrOutput)]
+        assert output.rids == ["good", "bad"]
+        bad_reason = output.finished_reasons[1]
+        assert bad_reason.kind == "abort" and bad_reason.status_code == 500 and output.text_deltas[1] == ""
+        assert output.finished_reasons[0] is None
+        assert to_scheduler.poll(5000)
+        assert to_scheduler.receive_pending() == [AbortReq("bad")]
+
+        # The scheduler's outputs for it that were already on their way are dropped, up to its last one.
+        last = harness.exchange(batch([
+            {"rid": "bad", "ids": [5]},
+            {"rid": "good", "ids": good_ids[1:], "finish": FinishReason("length")},
+        ]))
+        assert last.rids == ["good"]
+        assert output.text_deltas[0] + last.text_deltas[0] == "fine text"
+        harness.deliver(batch([{"rid": "bad", "ids": [], "finish": FinishReason("abort")}]))
+        # Nothing is sent for it; the next real output shows the detokenizer kept going.
+        after = harness.exchange(batch([{"rid": "next", "ids": good_ids, "params": DetokenizeParams(),
+                                         "finish": FinishReason("length")}]))
+        assert after.rids == ["next"] and after.text_deltas == ["fine text"]
+        assert harness.manager.failed_rids == set() and harness.manager.started_rids == set()
+        assert harness.manager.failures.as_dict()["by_kind"] == {"detokenizer": 1}
+    finally:
+        to_scheduler.close()
         harness.close()

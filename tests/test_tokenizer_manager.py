@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
 from tercet.config import load_config
+from tercet.errors import RequestError
 from tercet.io_struct import GenerateRequest
 from tercet.messages import BatchStrOutput, FinishReason
 from tercet.port_args import PortArgs
@@ -36,12 +38,20 @@ def step_output(rid: str, text: str, token_id: int, finish: FinishReason | None,
     )
 
 
+async def wait_until(condition, timeout: float = 30.0) -> None:
+    """Let the event loop run until ``condition()`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.001)
+
+
 def test_the_last_output_arriving_while_the_stream_is_consumed_is_not_lost(manager):
     async def scenario():
         request = GenerateRequest(SamplingParams(max_new_tokens=2), text="Hello", stream=True, rid="r1")
         outputs = manager.generate(request)
         first_step = asyncio.ensure_future(anext(outputs))
-        await asyncio.sleep(0)  # the request is registered and waiting
+        await wait_until(lambda: "r1" in manager.rid_to_state)  # tokenized, registered and waiting
         manager.handle_batch_str_output(step_output("r1", "Hel", 5, None, 1))
         first = await first_step
         # The caller is busy with the first piece (sending it to a slow client,
@@ -66,3 +76,124 @@ def test_a_draining_manager_refuses_new_requests_with_503(manager):
     with pytest.raises(Exception) as refused:
         asyncio.run(try_one())
     assert refused.value.status_code == 503 and "shutting down" in refused.value.message
+
+
+def consume(manager, request: GenerateRequest) -> list:
+    async def run():
+        return [piece async for piece in manager.generate(request)]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("how", ["send raises", "message cannot be encoded"])
+def test_a_request_that_cannot_be_sent_holds_nothing(manager, monkeypatch, how):
+    aborted = []
+    monkeypatch.setattr(manager, "abort", aborted.append)
+    if how == "send raises":
+        def refuse(message):
+            raise ValueError("no such luck")
+
+        monkeypatch.setattr(manager.senders_to_schedulers[0], "send", refuse)
+        request = GenerateRequest(SamplingParams(max_new_tokens=2, n=3), text="Hello")
+    else:
+        # msgpack refuses a lone surrogate (a tenant is not checked by SamplingParams).
+        request = GenerateRequest(SamplingParams(max_new_tokens=2), text="Hello", tenant="\ud800")
+    for _ in range(3):
+        with pytest.raises(Exception):
+            consume(manager, request)
+        assert manager.rid_to_state == {} and manager.rank_of_rid == {}
+    assert aborted == []  # nothing reached the scheduler, so there is nothing to abort there
+
+
+def test_a_too_long_prompt_is_refused_by_its_bytes_before_it_is_tokenized(manager, monkeypatch):
+    monkeypatch.setattr(manager.tokenizer, "encode", lambda *a, **k: pytest.fail("the prompt was tokenized"))
+    max_new_tokens = 16
+    # One byte more than the longest prompt that might still fit.
+    text = "x" * ((manager.context_len - max_new_tokens) * manager.max_bytes_per_token + 1)
+    with pytest.raises(RequestError) as refused:
+        consume(manager, GenerateRequest(SamplingParams(max_new_tokens=max_new_tokens), text=text))
+    assert refused.value.status_code == 400 and refused.value.param == "prompt"
+    assert "at least" in refused.value.message and "context length of 1024" in refused.value.message
+    chat = [{"role": "user", "content": text}]
+    with pytest.raises(RequestError) as refused_chat:
+        asyncio.run(manager.tokenize_chat(chat, max_new_tokens))
+    assert refused_chat.value.param == "messages" and "at least" in refused_chat.value.message
+    assert manager.rid_to_state == {}
+
+
+def test_a_prompt_the_byte_bound_lets_through_is_measured_in_tokens(manager):
+    # 3 bytes, 1 token each: far below the byte bound, and still too long.
+    text = "abc " * 1500
+    with pytest.raises(RequestError) as refused:
+        consume(manager, GenerateRequest(SamplingParams(max_new_tokens=16), text=text))
+    assert refused.value.param == "max_tokens" and "tokens) plus max_tokens" in refused.value.message
+
+
+def test_a_prompt_that_is_not_unicode_is_a_400(manager):
+    with pytest.raises(RequestError) as refused:
+        consume(manager, GenerateRequest(SamplingParams(max_new_tokens=2), text="Hi \ud800"))
+    assert refused.value.status_code == 400 and "position 3" in refused.value.message
+    assert manager.rid_to_state == {}
+
+
+def test_tokenizing_runs_off_the_event_loop(manager, monkeypatch):
+    """While a prompt is tokenized the loop keeps running: here it is the loop
+    that lets the tokenizer finish, which on the loop itself would never come."""
+    started, may_finish = threading.Event(), threading.Event()
+    encode = manager.tokenizer.encode
+
+    def slow_encode(*args, **kwargs):
+        started.set()
+        assert may_finish.wait(30), "the event loop was blocked while tokenizing"
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(manager.tokenizer, "encode", slow_encode)
+
+    async def scenario():
+        request = GenerateRequest(SamplingParams(max_new_tokens=2), text="Hello", rid="slow")
+        outputs = manager.generate(request)
+        first = asyncio.ensure_future(anext(outputs))
+        await wait_until(started.is_set)
+        assert "slow" not in manager.rid_to_state  # nothing is held while tokenizing
+        may_finish.set()
+        await wait_until(lambda: "slow" in manager.rid_to_state)
+        chat = asyncio.ensure_future(manager.tokenize_chat([{"role": "user", "content": "Hi"}]))
+        manager.handle_batch_str_output(step_output("slow", "Hi", 5, FinishReason("length"), 1))
+        output = await first
+        await outputs.aclose()
+        return output, await chat
+
+    output, chat_ids = asyncio.run(scenario())
+    assert output.text == "Hi" and chat_ids
+    assert manager.num_requests_in_flight == 0
+
+
+def test_the_chat_prompt_is_the_template_tokenized(manager):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|> there"}]
+    expected = manager.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    expected = list(getattr(expected, "input_ids", expected))
+    assert manager.apply_chat_template(messages) == expected
+    assert asyncio.run(manager.tokenize_chat(messages)) == expected
+
+
+def test_a_full_server_refuses_after_tokenizing_too(manager, monkeypatch):
+    """Requests tokenized at the same time cannot together overfill the server."""
+    monkeypatch.setattr(manager, "max_requests_in_flight", 1)
+
+    async def scenario():
+        outputs = [manager.generate(GenerateRequest(SamplingParams(max_new_tokens=2), text="Hello", rid=rid))
+                   for rid in ("a", "b")]
+        # Both pass the first check before either is tokenized.
+        steps = [asyncio.ensure_future(anext(output)) for output in outputs]
+        done, pending = await asyncio.wait(steps, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        held = set(manager.rid_to_state)
+        for step in pending:
+            step.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for output in outputs:
+            await output.aclose()
+        return [step.exception() for step in done], held
+
+    refusals, held = asyncio.run(scenario())
+    assert len(refusals) == 1 and refusals[0].status_code == 503
+    assert len(held) == 1

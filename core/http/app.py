@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from starlette.applications import Starlette
@@ -18,8 +17,6 @@ from tercet.errors import RequestError
 from tercet.http import control_api, health, native_api, openai_api, openapi
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
-
-logger = logging.getLogger(__name__)
 
 Endpoint = Callable[[Request, object], Awaitable[Response]]
 RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
@@ -69,7 +66,8 @@ def create_app(
     ]
     middleware = [Middleware(BearerTokenAuth, api_key=api_key)] if api_key else []
     middleware.append(Middleware(RequestBodyLimit, max_bytes=max_request_body_bytes))
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers={HTTPException: _http_exception})
+    exception_handlers = {HTTPException: _http_exception, Exception: _unhandled_exception}
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers)
     app.state.health_generate_probe = HealthGenerateProbe(tokenizer_manager, health_generate_timeout)
     return app
 
@@ -91,7 +89,7 @@ def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False) -
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         except Exception:
             # One broken request must not take the server down with it.
-            logger.exception("unhandled error in %s %s", request.method, request.url.path)
+            tokenizer_manager.failures.record("http_handler", f"{request.method} {request.url.path} failed")
             return internal_error_response()
 
     return handle
@@ -100,6 +98,13 @@ def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False) -
 async def _http_exception(request: Request, exc: HTTPException) -> Response:
     # Routing errors (404 unknown path, 405 wrong method) in the same shape as the rest.
     return error_response(exc.detail, exc.status_code, headers=exc.headers)
+
+
+async def _unhandled_exception(request: Request, exc: Exception) -> Response:
+    # What escapes a handler's own net (a middleware's failure, say) reaches
+    # starlette's last-resort handler: JSON there too, never text/plain.
+    # starlette re-raises it afterwards, so the server logs the traceback.
+    return internal_error_response()
 
 
 class BearerTokenAuth:

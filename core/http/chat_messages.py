@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tercet.errors import RequestError
+from tercet.sampling_params import check_text, shown
 
 CHAT_ROLES = ("system", "user", "assistant")
 
@@ -21,7 +22,7 @@ def _parse_message(message, where: str) -> dict:
     if role == "developer":
         role = "system"  # OpenAI's newer name for the system role
     if role not in CHAT_ROLES:
-        raise RequestError(f"{where}.role must be one of {', '.join(CHAT_ROLES)}; got {role!r}", f"{where}.role")
+        raise RequestError(f"{where}.role must be one of {', '.join(CHAT_ROLES)}; got {shown(role)}", f"{where}.role")
     content = message.get("content")
     if content is None and role == "assistant":
         content = ""  # an assistant turn may omit content
@@ -30,7 +31,10 @@ def _parse_message(message, where: str) -> dict:
 
 def _content_text(content, where: str) -> str:
     if isinstance(content, str):
+        check_text(content, where)
         return content
+    if content is None:
+        raise RequestError(f"{where} is required (only an assistant message may leave it out or null)", where)
     if not isinstance(content, list):
         raise RequestError(f"{where} must be a string or a list of text parts", where)
     texts = []
@@ -41,5 +45,6 @@ def _content_text(content, where: str) -> str:
                 "other content types are not supported",
                 f"{where}[{j}]",
             )
+        check_text(part["text"], f"{where}[{j}].text")
         texts.append(part["text"])
     return "\n".join(texts)

@@ -24,18 +24,23 @@ from tercet.control_messages import (
 )
 from tercet.errors import RequestError
 from tercet.http.errors import read_json_object
+from tercet.sampling_params import NumberRange, check_text
 
 FLUSH_RETRY_INTERVAL = 0.05
+# Seconds a control call may be told to wait (the OpenAPI document reads it too).
+TIMEOUT_RANGE = NumberRange(0.0, 3600.0)
 
 
 async def _optional_body(request: Request) -> dict:
     return await read_json_object(request) if await request.body() else {}
 
 
-def _number(body: dict, key: str, default: float) -> float:
-    value = body.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise RequestError(f"{key} must be a number of seconds >= 0, got {value!r}", key)
+def _timeout(body: dict, default: float) -> float:
+    value = body.get("timeout")
+    if value is None:
+        return default
+    # Bounded before float(), which overflows on a 400-digit integer.
+    TIMEOUT_RANGE.check(value, "timeout")
     return float(value)
 
 
@@ -45,7 +50,7 @@ def _failures(replies) -> str:
 
 async def flush_cache(request: Request, tokenizer_manager) -> Response:
     """Refused (409) while requests run, unless ``timeout`` seconds to wait for idle are given."""
-    deadline = time.monotonic() + _number(await _optional_body(request), "timeout", 0.0)
+    deadline = time.monotonic() + _timeout(await _optional_body(request), 0.0)
     while True:
         replies = await tokenizer_manager.control(FlushCacheReq)
         if all(reply.ok for reply in replies):
@@ -65,6 +70,7 @@ async def get_server_info(request: Request, tokenizer_manager) -> Response:
         "context_len": tokenizer_manager.context_len,
         "config": config,
         "requests_in_flight_per_rank": tokenizer_manager.num_requests_per_rank(),
+        "contained_failures": tokenizer_manager.contained_failures(),
         "ranks": [reply.data for reply in replies],
     })
 
@@ -72,11 +78,18 @@ async def get_server_info(request: Request, tokenizer_manager) -> Response:
 async def abort_request(request: Request, tokenizer_manager) -> Response:
     """``{"rid": id}`` aborts one request (all its completions); ``{"abort_all": true}`` every one."""
     body = await read_json_object(request)
-    if body.get("abort_all") is True:
+    abort_all, rid = body.get("abort_all"), body.get("rid")
+    # Both checked before either acts: {"rid": …, "abort_all": "yes"} is refused, not read as false.
+    if abort_all is not None and not isinstance(abort_all, bool):
+        raise RequestError("abort_all must be true or false", "abort_all")
+    if rid is not None:
+        if not isinstance(rid, str) or not rid:
+            raise RequestError("rid must be a non-empty string", "rid")
+        check_text(rid, "rid")
+    if abort_all:
         replies = await tokenizer_manager.control(AbortAllReq)
         return JSONResponse({"ok": True, "num_aborted": sum(reply.data.get("num_aborted", 0) for reply in replies)})
-    rid = body.get("rid")
-    if not isinstance(rid, str) or not rid:
+    if rid is None:
         raise RequestError('send {"rid": "<request id>"} or {"abort_all": true}', "rid")
     choices = [rid] + [choice for choice in tokenizer_manager.rank_of_rid if choice.startswith(rid + "#")]
     aborted = [choice for choice in choices if tokenizer_manager.abort(choice)]
@@ -98,7 +111,8 @@ async def update_weights_from_disk(request: Request, tokenizer_manager) -> Respo
     model_path = body.get("model_path")
     if not isinstance(model_path, str) or not model_path:
         raise RequestError("model_path must be a checkpoint directory on the server", "model_path")
-    timeout = _number(body, "timeout", 600.0)
+    check_text(model_path, "model_path")
+    timeout = _timeout(body, 600.0)
     await tokenizer_manager.control(PauseGenerationReq)
     try:
         replies = await tokenizer_manager.control(UpdateWeightsFromDiskReq, timeout=timeout, model_path=model_path)

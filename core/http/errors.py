@@ -36,17 +36,28 @@ class APIError(RequestError):
 
 
 def error_payload(message: str, status_code: int = 400, param: str | None = None, code: str | None = None) -> dict:
+    """The error body; its strings are made encodable, so rendering it cannot fail."""
     error_type = ERROR_TYPES_BY_STATUS.get(status_code)
     if error_type is None:
         error_type = "internal_error" if status_code >= 500 else "invalid_request_error"
     return {
         "error": {
-            "message": message,
+            "message": _encodable(message),
             "type": error_type,
-            "param": param,
-            "code": code if code is not None else DEFAULT_CODES_BY_STATUS.get(status_code),
+            "param": _encodable(param),
+            "code": _encodable(code if code is not None else DEFAULT_CODES_BY_STATUS.get(status_code)),
         }
     }
+
+
+def _encodable(text) -> str | None:
+    # A message or param may quote the request (a parameter's name, a model
+    # name), and a JSON "\ud800" in it is a lone surrogate that UTF-8 cannot
+    # encode: the response would fail to render. Such a character becomes its
+    # escape, "\ud800" in text.
+    if text is None:
+        return None
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def error_response(
@@ -97,6 +108,9 @@ async def read_json_object(request: Request) -> dict:
         data = json.loads(body, parse_constant=_reject_non_finite)
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        # The decoder recurses once per level of nesting.
+        raise RequestError("the request body is nested too deeply to be read") from None
     if not isinstance(data, dict):
         raise RequestError(f"the request body must be a JSON object, got {type(data).__name__}")
     return data

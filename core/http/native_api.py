@@ -16,7 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.http.errors import raise_if_refused, read_json_object
-from tercet.http.generation import ChoiceAccumulator, GenerationStream, PromptDetails, collect_generation, open_generation
+from tercet.http.generation import (
+    ChoiceAccumulator,
+    GenerationStream,
+    PromptDetails,
+    collect_generation,
+    open_generation,
+)
 from tercet.http.logprobs_format import TokenStrings, native_token_logprobs, native_top_logprobs, token_strings_for
 from tercet.http.native_request import NativeRequest, parse_generate_request
 from tercet.http.scheduling_fields import with_scheduling_fields

@@ -13,14 +13,22 @@ import dataclasses
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
-from tercet.http.openai_params import parse_flag, parse_logit_bias, parse_stop, parse_top_logprobs, renamed
+from tercet.http.openai_params import (
+    parse_flag,
+    parse_logit_bias,
+    parse_stop,
+    parse_token_ids,
+    parse_top_logprobs,
+    renamed,
+)
 from tercet.io_struct import GenerateRequest
-from tercet.sampling_params import SamplingParams
+from tercet.sampling_params import MAX_TOKEN_COUNT, OPENAI_PARAM_NAMES, IntRange, SamplingParams, check_text, shown
 
 SAMPLING_PARAM_NAMES = tuple(field.name for field in dataclasses.fields(SamplingParams))
 # SamplingParams.validate names parameters the OpenAI way; here they keep their own names.
-NATIVE_PARAM_NAMES = {"max_tokens": "max_new_tokens", "min_tokens": "min_new_tokens", "top_logprobs": "top_logprobs_num"}
+NATIVE_PARAM_NAMES = {openai: native for native, openai in OPENAI_PARAM_NAMES.items()}
 TOP_LEVEL_FLAGS = ("return_logprob", "return_prompt_logprob", "return_text_in_logprobs")
+LOGPROB_START_LEN = IntRange(-1, MAX_TOKEN_COUNT)
 
 
 @dataclass(frozen=True)
@@ -36,24 +44,32 @@ class NativeRequest:
 
 
 def parse_generate_request(body: dict, vocab_size: int | None = None) -> NativeRequest:
+    # A null text or input_ids is one not sent, as for every optional field.
     text, input_ids = body.get("text"), body.get("input_ids")
     if (text is None) == (input_ids is None):
         raise RequestError("send exactly one of text and input_ids", "text")
-    if text is not None and not isinstance(text, str):
-        raise RequestError("text must be a string (batches are not supported yet)", "text")
-    if input_ids is not None and not _is_token_id_list(input_ids):
-        raise RequestError("input_ids must be a non-empty list of non-negative integers", "input_ids")
+    if text is not None:
+        if not isinstance(text, str):
+            raise RequestError("text must be a string (batches are not supported yet)", "text")
+        check_text(text, "text")
+    if input_ids is not None:
+        parse_token_ids(input_ids, "input_ids", vocab_size)
     stream = parse_flag(body, "stream")
     rid = body.get("rid")
-    if rid is not None and (not isinstance(rid, str) or not rid):
-        raise RequestError("rid must be a non-empty string", "rid")
+    if rid is not None:
+        if not isinstance(rid, str) or not rid:
+            raise RequestError("rid must be a non-empty string", "rid")
+        check_text(rid, "rid")
     raw = _sampling_params_object(body.get("sampling_params"))
+    for name in ("return_logprob", "return_prompt_logprob"):
+        # Checked before a top-level flag may override it: a bad value is refused wherever it stands.
+        if name in raw and not isinstance(raw[name], bool):
+            raise RequestError(f"{name} must be true or false, got {shown(raw[name])}", f"sampling_params.{name}")
     flags = {name: parse_flag(body, name) for name in TOP_LEVEL_FLAGS if body.get(name) is not None}
     logprob_start_len = body.get("logprob_start_len")
     if logprob_start_len is None:
         logprob_start_len = -1
-    if not isinstance(logprob_start_len, int) or isinstance(logprob_start_len, bool) or logprob_start_len < -1:
-        raise RequestError(f"logprob_start_len must be an integer >= -1, got {logprob_start_len!r}", "logprob_start_len")
+    LOGPROB_START_LEN.check(logprob_start_len, "logprob_start_len")
     if body.get("top_logprobs_num") is not None:
         raw["top_logprobs_num"] = parse_top_logprobs(body["top_logprobs_num"], "top_logprobs_num")
     if "return_logprob" in flags:
@@ -75,8 +91,8 @@ def _sampling_params_object(raw) -> dict:
     for key in raw:
         if key not in SAMPLING_PARAM_NAMES:
             raise RequestError(
-                f"unknown sampling_params key {key!r}; known keys: {', '.join(SAMPLING_PARAM_NAMES)}",
-                f"sampling_params.{key}",
+                f"unknown sampling_params key {shown(key)}; known keys: {', '.join(SAMPLING_PARAM_NAMES)}",
+                f"sampling_params.{key}",  # the error response escapes what UTF-8 cannot encode
             )
     return {key: value for key, value in raw.items() if value is not None}
 
@@ -94,10 +110,3 @@ def _sampling_params(raw: dict, vocab_size: int | None) -> SamplingParams:
         raise RequestError(error.message, f"sampling_params.{error.param}", error.status_code) from None
     return params
 
-
-def _is_token_id_list(value) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
-    )

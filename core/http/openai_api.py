@@ -35,11 +35,11 @@ async def create_completion(request: Request, tokenizer_manager) -> Response:
 
 async def create_chat_completion(request: Request, tokenizer_manager) -> Response:
     body = await read_json_object(request)
-    openai_request = parse_chat_completion_request(
+    openai_request = await parse_chat_completion_request(
         body,
         tokenizer_manager.served_model_name,
         tokenizer_manager.context_len,
-        tokenizer_manager.apply_chat_template,
+        tokenizer_manager.tokenize_chat,
         tokenizer_manager.vocab_size,
     )
     openai_request = _with_scheduling_fields(openai_request, body, request)

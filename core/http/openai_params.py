@@ -4,6 +4,7 @@ Besides OpenAI's own fields, the extensions vLLM and SGLang accept on these
 routes (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``, ``no_stop_trim``)
 are taken too, so their clients work unchanged. A JSON ``null`` means "the default".
+The field parsers below are shared with ``/generate`` (:mod:`tercet.http.native_request`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 
 from tercet.errors import RequestError
-from tercet.sampling_params import MAX_TOP_LOGPROBS, SamplingParams
+from tercet.sampling_params import FIELD_RANGES, TOKEN_ID, SamplingParams, shown
 
 # OpenAI field -> SamplingParams field, passed through as sent (validate checks them).
 DIRECT_FIELDS = {
@@ -30,7 +31,9 @@ DIRECT_FIELDS = {
     "no_stop_trim": "no_stop_trim",
     "n": "n",
 }
-INTEGER_STRING = re.compile(r"\s*-?\d+\s*")
+# ASCII digits only (\d would take any script's), and few enough that int() is
+# quick and within Python's digit limit: past 20 no value is a token id anyway.
+INTEGER_STRING = re.compile(r"\s*-?[0-9]{1,20}\s*")
 
 
 def sampling_params_from_body(
@@ -76,7 +79,7 @@ def parse_stop(stop) -> list[str]:
         return [stop]
     if isinstance(stop, list):
         return list(stop)
-    raise RequestError(f"stop must be a string or a list of strings, got {stop!r}", "stop")
+    raise RequestError(f"stop must be a string or a list of strings, got {shown(stop)}", "stop")
 
 
 def parse_logit_bias(logit_bias) -> dict[int, float]:
@@ -92,8 +95,17 @@ def parse_logit_bias(logit_bias) -> dict[int, float]:
         elif isinstance(key, int) and not isinstance(key, bool):
             parsed[key] = bias
         else:
-            raise RequestError(f"logit_bias keys must be token ids such as \"50256\", got {key!r}", "logit_bias")
+            raise RequestError(f"logit_bias keys must be token ids such as \"50256\", got {shown(key)}", "logit_bias")
     return parsed
+
+
+def parse_token_ids(value, name: str, vocab_size: int | None) -> list[int]:
+    """A prompt given as token ids: a non-empty list of ids below the vocabulary size."""
+    if not isinstance(value, list) or not value:
+        raise RequestError(f"{name} must be a non-empty list of token ids", name)
+    for token_id in value:
+        TOKEN_ID.check(token_id, name, vocab_size, f"each token id in {name}")
+    return value
 
 
 def parse_flag(body: dict, key: str) -> bool:
@@ -101,14 +113,13 @@ def parse_flag(body: dict, key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise RequestError(f"{key} must be true or false, got {value!r}", key)
+        raise RequestError(f"{key} must be true or false, got {shown(value)}", key)
     return value
 
 
 def parse_top_logprobs(value, key: str) -> int:
     """A number of alternatives to report per token, 0 to MAX_TOP_LOGPROBS."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOP_LOGPROBS:
-        raise RequestError(f"{key} must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {value!r}", key)
+    FIELD_RANGES["top_logprobs_num"].check(value, key)
     return value
 
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
 from tercet.http.chat_messages import parse_messages
 from tercet.http.errors import APIError
-from tercet.http.openai_params import parse_flag, parse_top_logprobs, sampling_params_from_body
+from tercet.http.openai_params import parse_flag, parse_token_ids, parse_top_logprobs, sampling_params_from_body
 from tercet.io_struct import GenerateRequest
+from tercet.sampling_params import check_text, shown
 
 # OpenAI's default for /v1/completions; chat defaults to "as much as fits".
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -59,7 +60,7 @@ class OpenAIRequest:
 def parse_completion_request(body: dict, served_model_name: str, vocab_size: int | None = None) -> OpenAIRequest:
     model = _check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
-    text, input_ids = _parse_prompt(body.get("prompt"))
+    text, input_ids = _parse_prompt(body.get("prompt"), vocab_size)
     _refuse_suffix_and_best_of(body)
     echo = parse_flag(body, "echo")
     logprobs = body.get("logprobs")
@@ -81,14 +82,15 @@ def parse_completion_request(body: dict, served_model_name: str, vocab_size: int
     return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage, echo)
 
 
-def _parse_prompt(prompt) -> tuple[str | None, list[int] | None]:
+def _parse_prompt(prompt, vocab_size: int | None) -> tuple[str | None, list[int] | None]:
     if isinstance(prompt, str):
+        check_text(prompt, "prompt")
         return prompt, None
     if isinstance(prompt, list) and prompt:
-        if all(_is_token_id(t) for t in prompt):
-            return None, list(prompt)
+        if all(_is_integer(t) for t in prompt):
+            return None, list(parse_token_ids(prompt, "prompt", vocab_size))
         if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            return _parse_prompt(prompt[0])
+            return _parse_prompt(prompt[0], vocab_size)
         if all(isinstance(p, (str, list)) for p in prompt):
             raise RequestError("only one prompt per request is supported for now; send one request per prompt", "prompt")
     if prompt is None:
@@ -97,12 +99,12 @@ def _parse_prompt(prompt) -> tuple[str | None, list[int] | None]:
 
 
 def _refuse_suffix_and_best_of(body: dict) -> None:
-    if body.get("suffix"):
+    if body.get("suffix") not in (None, ""):
         raise RequestError("suffix (insertion after the completion) is not supported", "suffix")
     best_of, n = body.get("best_of"), body.get("n") or 1
     if best_of is not None and best_of != n:
         raise RequestError(
-            f"best_of={best_of!r} is not supported: the server does not rank completions; use n instead", "best_of"
+            f"best_of={shown(best_of)} is not supported: the server does not rank completions; use n instead", "best_of"
         )
 
 
@@ -119,22 +121,28 @@ UNSUPPORTED_CHAT_FIELDS = {
 }
 
 
-def parse_chat_completion_request(
+async def parse_chat_completion_request(
     body: dict,
     served_model_name: str,
     context_len: int,
-    apply_chat_template: Callable[[list[dict]], list[int]],
+    tokenize_chat: Callable[[list[dict], int], Awaitable[list[int]]],
     vocab_size: int | None = None,
 ) -> OpenAIRequest:
+    """``tokenize_chat(messages, max_new_tokens)`` templates and tokenizes the
+    conversation (off the event loop, in the server), refusing one too long
+    for ``max_new_tokens`` more tokens."""
     model = _check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
     _refuse_unsupported_chat_fields(body)
     logprobs, top_logprobs = _chat_logprob_flags(body)
-    input_ids = apply_chat_template(parse_messages(body.get("messages")))
-    room = context_len - len(input_ids)
     # max_completion_tokens is OpenAI's newer name; it wins when both are sent.
     max_tokens_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = body.get(max_tokens_key)
+    # A bad max_tokens is refused below, with its own message; the size check here then reserves none.
+    is_sound = isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and 0 <= max_tokens <= context_len
+    reserved = max_tokens if is_sound else 0
+    input_ids = await tokenize_chat(parse_messages(body.get("messages")), reserved)
+    room = context_len - len(input_ids)
     if room <= 0 and max_tokens is None:
         raise RequestError(
             f"the conversation is {len(input_ids)} tokens, which leaves no room in the model's "
@@ -176,8 +184,8 @@ def _chat_logprob_flags(body: dict) -> tuple[bool, int]:
 # -- shared ---------------------------------------------------------------------
 
 
-def _is_token_id(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _is_integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_model(body: dict, served_model_name: str) -> str:
@@ -186,6 +194,7 @@ def _check_model(body: dict, served_model_name: str) -> str:
         return served_model_name  # lenient: a missing model means the one we serve
     if not isinstance(model, str):
         raise RequestError("model must be a string", "model")
+    check_text(model, "model")
     if model != served_model_name:
         raise APIError(
             f"The model `{model}` does not exist; this server serves `{served_model_name}`.",
@@ -201,8 +210,8 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
     options = body.get("stream_options")
     if options is None:
         return stream, False
-    if not stream:
-        raise RequestError("stream_options is only allowed when stream is true", "stream_options")
+    # Without stream the options have nothing to act on: checked, then ignored,
+    # so a client that always sends them works either way.
     if not isinstance(options, dict):
         raise RequestError("stream_options must be an object", "stream_options")
     include_usage = options.get("include_usage")
@@ -210,4 +219,4 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
         include_usage = False
     if not isinstance(include_usage, bool):
         raise RequestError("stream_options.include_usage must be true or false", "stream_options.include_usage")
-    return stream, include_usage
+    return stream, stream and include_usage

@@ -1,47 +1,49 @@
 """``GET /openapi.json``: an OpenAPI 3 description of the built-in routes.
 
-The document is built from the same limits the request parsers enforce
-(:mod:`tercet.sampling_params`, :mod:`tercet.http.openai_request`,
-:mod:`tercet.http.native_request`), so a client generator or a fuzzer sees the
-ranges the server checks. ``build_document(max_tokens_limit=...)`` caps the
-token-count fields, for fuzzing runs that must stay short.
+The document is built from the same limits the request parsers enforce (the
+ranges of :data:`tercet.sampling_params.FIELD_RANGES` and the parsers' own
+constants), so a client generator or a fuzzer sees the ranges the server
+checks. The served document knows the vocabulary size, which bounds token ids
+and ``top_k``; ``build_document(max_tokens_limit=...)`` caps the token-count
+fields, for fuzzing runs that must stay short.
 """
 
 from __future__ import annotations
 
-import copy
+import functools
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
 from tercet.http.chat_messages import CHAT_ROLES
+from tercet.http.control_api import TIMEOUT_RANGE
+from tercet.http.native_request import LOGPROB_START_LEN
 from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
-from tercet.http.scheduling_fields import MAX_TENANT_LENGTH
-from tercet.sampling_params import MAX_N, MAX_STOP_STRINGS, MAX_TOP_LOGPROBS
+from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
+from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID, IntRange, NumberRange
 
 OPENAPI_VERSION = "3.0.3"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
-INT64_MIN = -(1 << 63)
-UINT64_MAX = (1 << 64) - 1
-INT32_BOUND = (1 << 31) - 1
+# Fields whose maximum build_document(max_tokens_limit=...) lowers.
+TOKEN_COUNT_FIELDS = ("max_new_tokens", "min_new_tokens")
 
 
 # -- schema helpers -------------------------------------------------------------
 
 
-def _integer(minimum: int | None = None, maximum: int | None = None, **extra) -> dict:
-    schema = {"type": "integer", **extra}
-    if minimum is not None:
-        schema["minimum"] = minimum
-    if maximum is not None:
-        schema["maximum"] = maximum
-    return schema
-
-
-def _number(minimum: float, maximum: float, exclusive_minimum: bool = False, **extra) -> dict:
-    schema = {"type": "number", "minimum": minimum, "maximum": maximum, **extra}
-    if exclusive_minimum:
-        schema["exclusiveMinimum"] = True  # OpenAPI 3.0 spelling: a flag on minimum
-    return schema
+def _ranged(
+    value_range: IntRange | NumberRange, vocab_size: int | None = None, cap: int | None = None, **extra
+) -> dict:
+    """The schema of a parser's range; ``cap`` lowers its maximum."""
+    if isinstance(value_range, IntRange):
+        schema = {"type": "integer", "minimum": value_range.minimum, "maximum": value_range.maximum_for(vocab_size)}
+    else:
+        schema = {"type": "number", "minimum": value_range.minimum, "maximum": value_range.maximum}
+        if value_range.exclusive_minimum:
+            schema["exclusiveMinimum"] = True  # OpenAPI 3.0 spelling: a flag on minimum
+    if cap is not None:
+        schema["maximum"] = min(schema["maximum"], cap)
+    return {**schema, **extra}
 
 
 def _nullable(schema: dict) -> dict:
@@ -58,8 +60,9 @@ def _object(properties: dict, required: tuple[str, ...] = (), additional: bool =
     return schema
 
 
-def _token_ids(min_items: int = 0) -> dict:
-    schema = {"type": "array", "items": _integer(0, description="a token id, below the vocabulary size")}
+def _token_ids(vocab_size: int | None, min_items: int = 0) -> dict:
+    token_id = _ranged(TOKEN_ID, vocab_size, description="a token id, below the vocabulary size")
+    schema = {"type": "array", "items": token_id}
     if min_items:
         schema["minItems"] = min_items
     return schema
@@ -77,30 +80,35 @@ def _logit_bias() -> dict:
     return {
         "type": "object",
         "description": "token id (a string of digits) -> bias added to its logit",
-        "additionalProperties": _number(-100.0, 100.0),
+        "additionalProperties": _ranged(FIELD_RANGES["logit_bias"]),
     }
 
 
-def _sampling_fields(max_tokens_limit: int | None) -> dict:
+def _sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> dict:
     """The fields shared by every route, by their ``/generate`` names (tercet's own)."""
+
+    def ranged(name: str, **extra) -> dict:
+        cap = max_tokens_limit if name in TOKEN_COUNT_FIELDS else None
+        return _ranged(FIELD_RANGES[name], vocab_size, cap, **extra)
+
     return {
-        "max_new_tokens": _integer(0, max_tokens_limit),
-        "min_new_tokens": _integer(0, max_tokens_limit, description="at most max tokens"),
-        "temperature": _number(0.0, 100.0, description="0: greedy"),
-        "top_p": _number(0.0, 1.0, exclusive_minimum=True),
-        "top_k": _integer(-1, description="-1 or 0: no top-k filtering"),
-        "min_p": _number(0.0, 1.0),
-        "frequency_penalty": _number(-2.0, 2.0),
-        "presence_penalty": _number(-2.0, 2.0),
-        "repetition_penalty": _number(0.0, 10.0, exclusive_minimum=True),
-        "seed": _integer(INT64_MIN, UINT64_MAX),
+        "max_new_tokens": ranged("max_new_tokens"),
+        "min_new_tokens": ranged("min_new_tokens", description="at most max tokens"),
+        "temperature": ranged("temperature", description="0: greedy"),
+        "top_p": ranged("top_p"),
+        "top_k": ranged("top_k", description="-1 or 0: no top-k filtering; at most the vocabulary size"),
+        "min_p": ranged("min_p"),
+        "frequency_penalty": ranged("frequency_penalty"),
+        "presence_penalty": ranged("presence_penalty"),
+        "repetition_penalty": ranged("repetition_penalty"),
+        "seed": ranged("seed"),
         "stop": _stop(),
-        "stop_token_ids": _token_ids(),
+        "stop_token_ids": _token_ids(vocab_size),
         "ignore_eos": {"type": "boolean"},
         "skip_special_tokens": {"type": "boolean"},
         "no_stop_trim": {"type": "boolean"},
         "logit_bias": _logit_bias(),
-        "n": _integer(1, MAX_N),
+        "n": ranged("n"),
     }
 
 
@@ -108,14 +116,14 @@ def _sampling_fields(max_tokens_limit: int | None) -> dict:
 OPENAI_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
 
 
-def _openai_sampling_fields(max_tokens_limit: int | None) -> dict:
-    fields = _sampling_fields(max_tokens_limit)
+def _openai_sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> dict:
+    fields = _sampling_fields(max_tokens_limit, vocab_size)
     return {OPENAI_NAMES.get(name, name): _nullable(schema) for name, schema in fields.items()}
 
 
 def _scheduling_fields() -> dict:
     return {
-        "priority": _nullable(_integer(-INT32_BOUND, INT32_BOUND, description="for the priority scheduling policy")),
+        "priority": _nullable(_ranged(PRIORITY, description="for the priority scheduling policy")),
         "user": _nullable({"type": "string", "maxLength": MAX_TENANT_LENGTH, "description": "the tenant"}),
     }
 
@@ -126,58 +134,62 @@ def _stream_fields() -> dict:
         "stream_options": _nullable(
             _object(
                 {"include_usage": _nullable({"type": "boolean"})},
-                description="only allowed when stream is true",
+                description="ignored unless stream is true",
             )
         ),
     }
 
 
 def _top_logprobs() -> dict:
-    return _integer(0, MAX_TOP_LOGPROBS)
+    return _ranged(FIELD_RANGES["top_logprobs_num"])
 
 
 # -- request bodies -----------------------------------------------------------------
 
 
-def generate_request(max_tokens_limit: int | None = None) -> dict:
-    sampling = {name: _nullable(schema) for name, schema in _sampling_fields(max_tokens_limit).items()}
+def generate_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+    sampling = {name: _nullable(schema) for name, schema in _sampling_fields(max_tokens_limit, vocab_size).items()}
     sampling.update({
         "return_logprob": _nullable({"type": "boolean"}),
         "top_logprobs_num": _nullable(_top_logprobs()),
         "return_prompt_logprob": _nullable({"type": "boolean"}),
     })
+    text = {"type": "string", "description": "the prompt; exactly one of text and input_ids is not null"}
+    input_ids = _token_ids(vocab_size, min_items=1)
     properties = {
-        "text": {"type": "string", "description": "the prompt; exactly one of text and input_ids"},
-        "input_ids": _token_ids(min_items=1),
+        "text": _nullable(text),
+        "input_ids": _nullable(input_ids),
         "sampling_params": _nullable(_object(sampling, additional=False)),
         "stream": _nullable({"type": "boolean"}),
         "rid": _nullable({"type": "string", "minLength": 1, "description": "must not be in use"}),
         "return_logprob": _nullable({"type": "boolean"}),
         "top_logprobs_num": _nullable(_top_logprobs()),
         "return_prompt_logprob": _nullable({"type": "boolean"}),
-        "logprob_start_len": _nullable(_integer(-1)),
+        "logprob_start_len": _nullable(_ranged(LOGPROB_START_LEN)),
         "return_text_in_logprobs": _nullable({"type": "boolean"}),
         **_scheduling_fields(),
     }
-    one_of = [_object({}, required=("text",)), _object({}, required=("input_ids",))]
+    # Exactly one of them not null: each branch holds one, non-nullable.
+    one_of = [_object({"text": text}, required=("text",)), _object({"input_ids": input_ids}, required=("input_ids",))]
     return _object(properties, oneOf=one_of)
 
 
-def completion_request(max_tokens_limit: int | None = None) -> dict:
+def completion_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+    token_ids = _token_ids(vocab_size, min_items=1)
     prompt = {
         "oneOf": [
             {"type": "string"},
-            _token_ids(min_items=1),
-            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"oneOf": [{"type": "string"}, _token_ids(1)]}},
+            token_ids,
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"oneOf": [{"type": "string"}, token_ids]}},
         ]
     }
     properties = {
         "prompt": prompt,
         "model": _nullable({"type": "string", "description": "must be the served model's name"}),
-        **_openai_sampling_fields(max_tokens_limit),
+        **_openai_sampling_fields(max_tokens_limit, vocab_size),
         "logprobs": _nullable(_top_logprobs()),
         "echo": _nullable({"type": "boolean"}),
-        "best_of": _nullable(_integer(description="only equal to n")),
+        "best_of": _nullable(_ranged(FIELD_RANGES["n"], description="only equal to n")),
         "suffix": _nullable({"type": "string", "maxLength": 0, "description": "not supported"}),
         **_stream_fields(),
         **_scheduling_fields(),
@@ -185,19 +197,26 @@ def completion_request(max_tokens_limit: int | None = None) -> dict:
     return _object(properties, required=("prompt",))
 
 
-def chat_completion_request(max_tokens_limit: int | None = None) -> dict:
+def _chat_message() -> dict:
     text_part = _object(
         {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}, required=("type", "text")
     )
     content = {"oneOf": [{"type": "string"}, {"type": "array", "items": text_part}]}
-    message = _object(
-        {"role": {"type": "string", "enum": [*CHAT_ROLES, "developer"]}, "content": _nullable(content)},
-        required=("role",),
-        description="content may be left out only on an assistant turn",
+    # As OpenAI: only an assistant turn (one that called tools, there) may have no content.
+    other_roles = [role for role in (*CHAT_ROLES, "developer") if role != "assistant"]
+    speaking = _object(
+        {"role": {"type": "string", "enum": other_roles}, "content": content}, required=("role", "content")
     )
-    sampling = _openai_sampling_fields(max_tokens_limit)
+    assistant = _object(
+        {"role": {"type": "string", "enum": ["assistant"]}, "content": _nullable(content)}, required=("role",)
+    )
+    return {"oneOf": [speaking, assistant], "description": "content may be left out or null only on an assistant turn"}
+
+
+def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+    sampling = _openai_sampling_fields(max_tokens_limit, vocab_size)
     properties = {
-        "messages": {"type": "array", "minItems": 1, "items": message},
+        "messages": {"type": "array", "minItems": 1, "items": _chat_message()},
         "model": _nullable({"type": "string", "description": "must be the served model's name"}),
         **sampling,
         "max_completion_tokens": sampling["max_tokens"],
@@ -275,11 +294,16 @@ def _operation(operation_id: str, summary: str, responses: dict, body: dict | No
 
 def _control_paths(include_update_weights: bool) -> dict:
     ok = _json({"type": "object"}, "done")
-    timeout = _object({"timeout": _number(0.0, 3600.0, description="seconds to wait for idle")})
-    abort = _object({
-        "rid": {"type": "string", "minLength": 1},
-        "abort_all": {"type": "boolean"},
-    })
+    timeout = _object({"timeout": _nullable(_ranged(TIMEOUT_RANGE, description="seconds to wait for idle"))})
+    rid = {"type": "string", "minLength": 1}
+    abort = _object(
+        {"rid": _nullable(rid), "abort_all": _nullable({"type": "boolean"})},
+        # A rid, or abort_all set to true: each branch holds one, non-nullable.
+        anyOf=[
+            _object({"rid": rid}, required=("rid",)),
+            _object({"abort_all": {"type": "boolean", "enum": [True]}}, required=("abort_all",)),
+        ],
+    )
     paths = {
         "/flush_cache": {
             "post": _operation(
@@ -299,7 +323,7 @@ def _control_paths(include_update_weights: bool) -> dict:
         update = _object(
             {
                 "model_path": {"type": "string", "minLength": 1, "description": "a checkpoint directory on the server"},
-                "timeout": _number(0.0, 3600.0),
+                "timeout": _nullable(_ranged(TIMEOUT_RANGE)),
             },
             required=("model_path",),
         )
@@ -315,8 +339,13 @@ def build_document(
     max_tokens_limit: int | None = None,
     include_update_weights: bool = True,
     exclude_paths: tuple[str, ...] = (),
+    vocab_size: int | None = None,
 ) -> dict:
-    """The OpenAPI document; ``max_tokens_limit`` caps the token-count fields (for fuzzing)."""
+    """The OpenAPI document; ``max_tokens_limit`` caps the token-count fields (for fuzzing).
+
+    ``vocab_size`` bounds token ids and top_k as the server does; without it the
+    document gives the bounds the parsers use when it is unknown.
+    """
     health = {
         "200": _json(_object({"status": {"type": "string", "enum": ["ok"]}}), "healthy"),
         "503": _json(
@@ -379,9 +408,9 @@ def build_document(
         "components": {
             "schemas": {
                 "Error": error_schema(),
-                "GenerateRequest": generate_request(max_tokens_limit),
-                "CompletionRequest": completion_request(max_tokens_limit),
-                "ChatCompletionRequest": chat_completion_request(max_tokens_limit),
+                "GenerateRequest": generate_request(max_tokens_limit, vocab_size),
+                "CompletionRequest": completion_request(max_tokens_limit, vocab_size),
+                "ChatCompletionRequest": chat_completion_request(max_tokens_limit, vocab_size),
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
@@ -392,8 +421,13 @@ def build_document(
 DOCUMENT = build_document()
 
 
+@functools.lru_cache(maxsize=4)
+def _served_document(vocab_size: int | None) -> dict:
+    return build_document(vocab_size=vocab_size)
+
+
 async def openapi_document(request: Request, tokenizer_manager) -> Response:
-    return JSONResponse(copy.deepcopy(DOCUMENT))
+    return JSONResponse(_served_document(getattr(tokenizer_manager, "vocab_size", None)))
 
 
 ROUTES = [("/openapi.json", openapi_document, ["GET"])]

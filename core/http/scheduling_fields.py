@@ -12,20 +12,23 @@ from starlette.requests import Request
 
 from tercet.errors import RequestError
 from tercet.io_struct import GenerateRequest
+from tercet.sampling_params import INT32_MAX, IntRange, check_text
 
 TENANT_HEADER = "x-tenant"
 MAX_TENANT_LENGTH = 256
+PRIORITY = IntRange(-INT32_MAX, INT32_MAX)
 
 
 def with_scheduling_fields(generate_request: GenerateRequest, body: dict, request: Request) -> GenerateRequest:
     priority = body.get("priority", 0)
     if priority is None:
         priority = 0
-    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) >= 1 << 31:
-        raise RequestError(f"priority must be an integer (32-bit), got {priority!r}", "priority")
+    PRIORITY.check(priority, "priority")
     tenant = body.get("user")
     if tenant is None:
-        tenant = request.headers.get(TENANT_HEADER)
-    if tenant is not None and (not isinstance(tenant, str) or len(tenant) > MAX_TENANT_LENGTH):
-        raise RequestError(f"user must be a string of at most {MAX_TENANT_LENGTH} characters", "user")
+        tenant = request.headers.get(TENANT_HEADER)  # latin-1 decoded: always encodable
+    if tenant is not None:
+        if not isinstance(tenant, str) or len(tenant) > MAX_TENANT_LENGTH:
+            raise RequestError(f"user must be a string of at most {MAX_TENANT_LENGTH} characters", "user")
+        check_text(tenant, "user")
     return dataclasses.replace(generate_request, priority=priority, tenant=tenant or None)

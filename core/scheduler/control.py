@@ -44,8 +44,8 @@ def answer(scheduler, message: ControlRequest, handler) -> ControlReply:
     try:
         data = handler(message)
     except Exception as error:  # the reply carries the failure; the rank keeps serving
-        if not isinstance(error, TercetError):
-            logger.exception("control request %s failed", type(message).__name__)
+        if not isinstance(error, TercetError):  # a refusal (busy, bad path) is an answer, not a failure
+            scheduler.failures.record("control_handler", f"control request {type(message).__name__} failed")
         return ControlReply(message.request_id, scheduler.rank, False, str(error) or type(error).__name__)
     return ControlReply(message.request_id, scheduler.rank, True, None, dict(data or {}))
 
@@ -75,6 +75,7 @@ def internal_state(scheduler) -> dict:
         "prompt_tokens_from_cache": scheduler.num_prompt_tokens_from_cache,
         "num_retractions": scheduler.num_retractions,
         "is_paused": scheduler.is_paused,
+        "contained_failures": scheduler.failures.as_dict(),
     }
 
 

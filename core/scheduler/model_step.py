@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tercet.messages import FinishReason, TokenLogprobs
 from tercet.scheduler.req import Req
+from tercet.scheduler.row_sampling import TokenChoice, sample_rows
 
 
 class ModelStep:
@@ -74,19 +75,30 @@ class ModelStep:
             self.sample_and_finish(fed, feeds, logits)
 
     def sample_and_finish(self, fed: list[Req], feeds: list[list[int]], logits) -> None:
-        from tercet.model.sampler import SamplingBatch, sample
+        self.advance_cached_tokens(fed, feeds)
+        rows, sampled = self.rows_to_sample(fed)
+        if not sampled:
+            return
+        if rows != list(range(len(fed))):
+            logits = logits[rows]
+        for req, choice in zip(sampled, sample_rows(self.scheduler, sampled, logits)):
+            if choice is not None:
+                self.take_token(req, choice)
+        self.scheduler.running = [req for req in self.scheduler.running if not req.is_finished]
 
-        scheduler = self.scheduler
+    def advance_cached_tokens(self, fed: list[Req], feeds: list[list[int]]) -> None:
+        """What was fed is now in the KV cache; a prompt just completed is shared with the prefix cache."""
         was_prefilling_prompt = [req.num_cached_tokens < len(req.input_ids) for req in fed]
         for req, feed in zip(fed, feeds):
             req.num_cached_tokens += len(feed)
         for req, was_prefilling in zip(fed, was_prefilling_prompt):
             if was_prefilling and req.num_cached_tokens >= len(req.input_ids):
                 # The whole prompt is computed: share it with requests arriving meanwhile.
-                scheduler.kv_memory.cache_computed_prefix(req)
+                self.scheduler.kv_memory.cache_computed_prefix(req)
 
-        # Rows to sample: requests that fed their last token, then followers of a
-        # leader whose prompt just completed, on their leader's row.
+    def rows_to_sample(self, fed: list[Req]) -> tuple[list[int], list[Req]]:
+        """Requests that fed their last token, then followers of a leader whose
+        prompt just completed, on their leader's row (their prompt KV copied)."""
         rows = [row for row, req in enumerate(fed) if req.num_cached_tokens == req.num_tokens]
         sampled = [fed[row] for row in rows]
         followers = []
@@ -99,34 +111,27 @@ class ModelStep:
                     sampled.append(follower)
                 leader.followers = []
         if followers:
-            scheduler.kv_memory.copy_prompt_kv(followers)
-        if not sampled:
+            self.scheduler.kv_memory.copy_prompt_kv(followers)
+        return rows, sampled
+
+    def take_token(self, req: Req, choice: TokenChoice) -> None:
+        """Append the sampled token and finish the request if it is done."""
+        scheduler = self.scheduler
+        if req.needs_prefill_only:
+            scheduler.finish(req, FinishReason("length"))
             return
-        stop_conditions = scheduler.stop_conditions
-        sampling_batch = SamplingBatch.from_params(
-            [req.sampling_params for req in sampled],
-            seeds=[req.seed for req in sampled],
-            steps=[len(req.output_ids) for req in sampled],
-            prompt_ids=[req.input_ids for req in sampled],
-            output_ids=[req.output_ids for req in sampled],
-            stop_token_ids_for_min_tokens=[stop_conditions.expected_stop_token_ids(req) for req in sampled],
-            device=logits.device,
-        )
-        if rows != list(range(len(fed))):
-            logits = logits[rows]
-        result = sample(logits, sampling_batch)
-        for position, (req, token_id) in enumerate(zip(sampled, result.token_ids)):
-            if req.needs_prefill_only:
-                scheduler.finish(req, FinishReason("length"))
-                continue
-            req.output_ids.append(token_id)
-            if req.sampling_params.return_logprob:
-                req.unsent_logprobs.append(result.logprobs[position])
-                req.unsent_top_logprobs.append(result.top_logprobs[position])
-            reason = stop_conditions.check(req)
-            if reason is not None:
-                scheduler.finish(req, reason)
-        scheduler.running = [req for req in scheduler.running if not req.is_finished]
+        req.output_ids.append(choice.token_id)
+        if req.sampling_params.return_logprob:
+            req.unsent_logprobs.append(choice.logprob)
+            req.unsent_top_logprobs.append(choice.top_logprobs)
+        try:
+            reason = scheduler.stop_conditions.check(req)
+        except Exception:
+            scheduler.failures.record("stop_check", f"checking the stop conditions of request {req.rid!r} failed")
+            scheduler.fail(req, "checking its stop conditions")
+            return
+        if reason is not None:
+            scheduler.finish(req, reason)
 
     def forward(self, forward_batch, fed: list[Req]):
         """Logits of each sequence's last token, plus prompt log-probabilities where asked."""

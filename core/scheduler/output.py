@@ -1,35 +1,90 @@
-"""Turning a step's results into one BatchTokenIDOutput for the detokenizer."""
+"""Turning a step's results into one BatchTokenIDOutput for the detokenizer.
+
+Each request becomes one row of the batch's columns. Building a row, or
+encoding it for the wire, can fail for one request alone (a value its
+sampling parameters let through that the serializer refuses, say): that
+request is ended with an internal error row, which cannot fail, and the rest
+of the batch goes out as usual.
+"""
 
 from __future__ import annotations
 
-from tercet.messages import BatchTokenIDOutput, DetokenizeParams, TokenLogprobs
+from tercet.messages import BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
 from tercet.scheduler.req import Req
 
+COLUMNS = (
+    "rids", "new_token_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
+    "detokenize_params", "output_logprobs", "prompt_logprobs", "cached_tokens",
+)
 
-def take_unsent_output(reqs: list[Req]) -> BatchTokenIDOutput:
-    """Everything each request produced since its previous output, marking it sent."""
-    columns: dict[str, list] = {name: [] for name in (
-        "rids", "new_token_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
-        "detokenize_params", "output_logprobs", "prompt_logprobs", "cached_tokens",
-    )}
+
+def output_row(req: Req) -> tuple:
+    """Everything the request produced since its previous output, in COLUMNS order."""
+    params = req.sampling_params
+    new_token_ids = req.output_ids[req.num_sent_tokens:]
+    return (
+        req.rid,
+        new_token_ids,
+        req.finish_reason,
+        len(req.input_ids),
+        len(req.output_ids),
+        None if req.has_sent_output else DetokenizeParams(params.skip_special_tokens, list(params.stop), params.no_stop_trim),
+        TokenLogprobs(new_token_ids, req.unsent_logprobs, req.unsent_top_logprobs) if params.return_logprob else None,
+        None if req.has_sent_output else req.prompt_logprobs,
+        req.num_prefix_cache_hits or 0,
+    )
+
+
+def failure_row(req: Req, reason: FinishReason) -> tuple:
+    """A row ending the request with ``reason``, made of values that always encode."""
+    return (
+        req.rid, [], reason, len(req.input_ids), len(req.output_ids),
+        None if req.has_sent_output else DetokenizeParams(), None, None, 0,
+    )
+
+
+def mark_sent(req: Req) -> None:
+    req.num_sent_tokens = len(req.output_ids)
+    req.has_sent_output = True
+    req.unsent_logprobs, req.unsent_top_logprobs = [], []
+
+
+def batch_of(rows: list[tuple]) -> BatchTokenIDOutput:
+    return BatchTokenIDOutput(**{name: [row[column] for row in rows] for column, name in enumerate(COLUMNS)})
+
+
+def send_outputs_contained(scheduler, reqs: list[Req]) -> None:
+    """Send every request's unsent output; a request whose row cannot be built or
+    encoded is ended alone with an internal error."""
+    rows = []
     for req in reqs:
-        params = req.sampling_params
-        new_token_ids = req.output_ids[req.num_sent_tokens:]
-        columns["rids"].append(req.rid)
-        columns["new_token_ids"].append(new_token_ids)
-        columns["finished_reasons"].append(req.finish_reason)
-        columns["prompt_tokens"].append(len(req.input_ids))
-        columns["completion_tokens"].append(len(req.output_ids))
-        columns["detokenize_params"].append(
-            None if req.has_sent_output
-            else DetokenizeParams(params.skip_special_tokens, list(params.stop), params.no_stop_trim)
-        )
-        columns["output_logprobs"].append(
-            TokenLogprobs(new_token_ids, req.unsent_logprobs, req.unsent_top_logprobs) if params.return_logprob else None
-        )
-        columns["prompt_logprobs"].append(None if req.has_sent_output else req.prompt_logprobs)
-        columns["cached_tokens"].append(req.num_prefix_cache_hits or 0)
-        req.num_sent_tokens = len(req.output_ids)
-        req.has_sent_output = True
-        req.unsent_logprobs, req.unsent_top_logprobs = [], []
-    return BatchTokenIDOutput(**columns)
+        try:
+            rows.append(output_row(req))
+        except Exception:
+            scheduler.failures.record("output", f"building the output of request {req.rid!r} failed")
+            rows.append(_fail(scheduler, req))
+    sender = scheduler.sender_to_detokenizer
+    try:
+        sender.send(batch_of(rows))
+    except Exception:
+        # Find the rows that cannot be encoded; the others are sent as they are.
+        scheduler.failures.record("output", "encoding a step's output failed; checking it row by row")
+        serializer = sender.serializer
+        for position, (req, row) in enumerate(zip(reqs, rows)):
+            try:
+                serializer.encode(batch_of([row]))
+            except Exception:
+                scheduler.failures.record(
+                    "output", f"the output of request {req.rid!r} cannot be encoded", with_traceback=False
+                )
+                rows[position] = _fail(scheduler, req)
+        sender.send(batch_of(rows))
+    for req in reqs:
+        mark_sent(req)
+
+
+def _fail(scheduler, req: Req) -> tuple:
+    """End ``req`` now and give the row that tells its client."""
+    scheduler.fail(req, "building its output")
+    scheduler.finished_unsent.remove(req)  # its failure row goes out in this batch instead
+    return failure_row(req, req.finish_reason)

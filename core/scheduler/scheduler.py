@@ -7,26 +7,41 @@ new requests join the running batch between steps, and a long prompt never
 stalls the decoders for more than one chunk). KV pages are taken as tokens are
 fed; when decoding would run out, the newest requests are retracted to the
 waiting queue with their output so far, and resume later.
+
+Failures are contained (see :mod:`tercet.containment`): a message that no
+handler takes or whose handler raises is dropped; a request that cannot be set
+up, sampled, stop-checked or output fails alone with an error its client
+receives; a scheduling policy that raises is bypassed for that step. Only a
+failure that leaves shared state unknown ends the process: the model forward
+and the KV cache bookkeeping (page allocator, request-to-token table, prefix
+cache), since after one of those no request's KV can be trusted.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 
 import zmq
 
 from tercet.channels import MessageReceiver, MessageSender
+from tercet.containment import INTERNAL_FAILURE_STATUS, ContainedFailures, internal_failure_message
+from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlRequest
 from tercet.dispatcher import TypeBasedDispatcher
+from tercet.errors import RequestError
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
+from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
+from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.control import answer, builtin_control_handlers
+from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
 from tercet.scheduler.model_step import ModelStep
-from tercet.scheduler.output import take_unsent_output
+from tercet.scheduler.output import send_outputs_contained
 from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 from tercet.scheduler.stop_conditions import StopConditions
@@ -34,6 +49,7 @@ from tercet.stage_timer import stage_timer
 from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger(__name__)
+EDGE_FROM_TOKENIZER = "edge 1 (TokenizerManager -> scheduler)"
 
 
 def completion_seed(seed: int, index: int) -> int:
@@ -54,13 +70,22 @@ class Scheduler:
         prefix_cache = RadixCache(model_runner.page_allocator, model_runner.page_size) if config.cache.prefix_cache else None
         self.kv_memory = RequestKVMemory(model_runner, prefix_cache)
         self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
-        self.policy = context.registries.scheduling_policies.get(config.scheduler.policy)(config)
+        self.failures = ContainedFailures(f"scheduler (rank {rank})", logger)
+        policies = context.registries.scheduling_policies
+        self.policy = ContainedPolicy(
+            policies.get(config.scheduler.policy)(config),
+            plugin_name=policies.entries[config.scheduler.policy].plugin_name,
+            failures=self.failures,
+        )
         self.admission = Admission(self, config.scheduler)
         self.model_step = ModelStep(self, config.scheduler.chunked_prefill_size)
 
         serializer = context.create_serializer()
         self.zmq_context = zmq.Context()
-        self.receiver = MessageReceiver(self.zmq_context, port_args.scheduler_inputs[rank], serializer, bind=True)
+        self.receiver = MessageReceiver(
+            self.zmq_context, port_args.scheduler_inputs[rank], serializer, bind=True,
+            edge=EDGE_FROM_TOKENIZER, failures=self.failures,
+        )
         self.sender_to_detokenizer = MessageSender(self.zmq_context, port_args.detokenizer_input, serializer)
         # Control replies go straight back to the TokenizerManager.
         self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
@@ -112,7 +137,10 @@ class Scheduler:
             self.receiver.poll(timeout_ms=None)
         with self.timer.stage("receive"):
             for message in self.receiver.receive_pending():
-                self.dispatcher(message)
+                self.dispatch(message)
+
+    def dispatch(self, message) -> None:
+        self.dispatcher.dispatch_contained(message, EDGE_FROM_TOKENIZER, self.failures)
 
     @property
     def is_idle(self) -> bool:
@@ -137,40 +165,87 @@ class Scheduler:
     # -- message handlers -------------------------------------------------
 
     def handle_generate_request(self, message: TokenizedGenerateReq) -> None:
+        try:
+            check_generate_request(message, self.model_runner.vocab_size)
+            group = self.request_group(message)
+        except RequestError as error:
+            self.refuse(message, FinishReason("abort", message=error.message, status_code=error.status_code))
+            return
+        except Exception:
+            self.failures.record("generate_request", f"setting up request {message.rid!r} failed")
+            self.refuse(message, self.internal_failure("setting up the request"))
+            return
+        reason = self.why_it_can_never_run(group)
+        if reason is not None:
+            for req in group:
+                self.finish(req, reason)
+            return
+        self.waiting.append(group[0])
+
+    def request_group(self, message: TokenizedGenerateReq) -> list[Req]:
+        """The n completions of one prompt: a leader, and followers waiting inside it."""
         params = message.sampling_params
+        # The TokenizerManager always fixes a seed; another sender may not.
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
         arrival_index = next(self.arrival_counter)
         group = [
             Req(choice_rid(message.rid, index, params.n), list(message.input_ids), params, arrival_index,
-                priority=message.priority, tenant=message.tenant, seed=completion_seed(params.seed, index))
+                priority=message.priority, tenant=message.tenant, seed=completion_seed(seed, index))
             for index in range(params.n)
         ]
-        leader, leader.followers = group[0], group[1:]
+        group[0].followers = group[1:]
         logger.debug(
             "request %s: %d prompt tokens, n=%d, priority %d, tenant %s",
             message.rid, len(message.input_ids), params.n, message.priority, message.tenant,
         )
+        return group
+
+    def why_it_can_never_run(self, group: list[Req]) -> FinishReason | None:
         if len(group) > self.admission.max_running_requests:
-            reason = FinishReason(
+            return FinishReason(
                 "abort", status_code=400,
                 message=f"n={len(group)} completions cannot run together: "
                 f"scheduler.max_running_requests is {self.admission.max_running_requests}",
             )
-            for req in group:
-                self.finish(req, reason)
-            return
         needed_pages = sum(self.kv_memory.pages_for(req.max_num_tokens) for req in group)
         if needed_pages > self.kv_memory.page_allocator.num_total:
-            reason = FinishReason(
+            return FinishReason(
                 "abort",
                 message=f"the request needs {sum(req.max_num_tokens for req in group)} KV cache tokens "
                 f"(prompt + max_tokens, for each of n) but the whole cache holds "
                 f"{self.kv_memory.capacity_tokens} (cache.max_total_tokens)",
                 status_code=400,
             )
-            for req in group:
-                self.finish(req, reason)
-            return
-        self.waiting.append(leader)
+        leader = group[0]
+        problem = context_length_problem(
+            len(leader.input_ids), leader.sampling_params.max_new_tokens, self.model_runner.context_len
+        )
+        return None if problem is None else FinishReason("abort", message=problem, status_code=400)
+
+    def refuse(self, message: TokenizedGenerateReq, reason: FinishReason) -> None:
+        """End a request the scheduler holds nothing for yet: every completion id
+        its sender waits on gets ``reason``."""
+        n = getattr(message.sampling_params, "n", 1)
+        n = n if isinstance(n, int) and 1 <= n <= MAX_N else 1
+        for index in range(n):
+            req = Req(choice_rid(message.rid, index, n), list(message.input_ids), SamplingParams(), -1)
+            self.finish(req, reason)
+
+    @staticmethod
+    def internal_failure(what: str) -> FinishReason:
+        return FinishReason("abort", message=internal_failure_message(what), status_code=INTERNAL_FAILURE_STATUS)
+
+    def fail(self, req: Req, what: str) -> None:
+        """End one running request whose own part of the step failed (already recorded)."""
+        if req in self.running:
+            self.running.remove(req)
+        for leader in self.running:
+            if req in leader.followers:
+                leader.followers.remove(req)
+        for member in req.followers:  # completions still waiting on its prompt end with it
+            self.finish(member, self.internal_failure(what))
+        req.followers = []
+        self.finish(req, self.internal_failure(what))
 
     def handle_abort_request(self, message: AbortReq) -> None:
         for req in self.running:
@@ -230,7 +305,7 @@ class Scheduler:
         self.finished_unsent = []
         if ready:
             with self.timer.stage("output"):
-                self.sender_to_detokenizer.send(take_unsent_output(ready))
+                send_outputs_contained(self, ready)
 
     def close(self) -> None:
         self.receiver.close()

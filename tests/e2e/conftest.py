@@ -1,5 +1,4 @@
 import pytest
-
 from running_server import TINY_SETTINGS, RunningServer
 
 
@@ -8,9 +7,9 @@ def start_server(tmp_path_factory):
     """Start a real server; every server started is stopped at the end of the session."""
     started: list[RunningServer] = []
 
-    def start(model_path, settings=(), extra_args=()):
+    def start(model_path, settings=(), extra_args=(), env=None):
         log_path = tmp_path_factory.mktemp("server") / "server.log"
-        server = RunningServer(model_path, log_path, list(settings), list(extra_args))
+        server = RunningServer(model_path, log_path, list(settings), list(extra_args), env)
         started.append(server)
         return server.wait_until_healthy()
 

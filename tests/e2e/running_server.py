@@ -24,7 +24,8 @@ def free_port() -> int:
 
 
 class RunningServer:
-    def __init__(self, model_path: Path | None, log_path: Path, settings: list[str] = (), extra_args: list[str] = ()):
+    def __init__(self, model_path: Path | None, log_path: Path, settings: list[str] = (), extra_args: list[str] = (),
+                 env: dict[str, str] | None = None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -35,7 +36,8 @@ class RunningServer:
             command += ["--set", setting]
         command += list(extra_args)
         self.log_file = open(log_path, "w")
-        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT, env=dict(os.environ))
+        self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT,
+                                        env={**os.environ, **(env or {})})
 
     def wait_until_healthy(self, timeout: float = 300) -> "RunningServer":
         deadline = time.monotonic() + timeout

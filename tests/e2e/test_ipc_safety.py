@@ -20,7 +20,6 @@ import msgpack
 import psutil
 import pytest
 import zmq
-
 from running_server import TINY_SETTINGS, wait_for_ranks
 
 SHORT_BODY = {"text": "Count", "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
@@ -238,3 +237,94 @@ def test_tcp_endpoints_bind_loopback_by_default(start_server, tiny_llama_dir):
         assert httpx.post(server.base_url + "/generate", json=SHORT_BODY, timeout=60).status_code == 200
     finally:
         assert server.stop() == 0
+
+
+def forged_messages() -> dict[str, list]:
+    """Messages that decode cleanly on each edge but are wrong there: a type no
+    handler takes, fields of the wrong types, values the scheduler cannot run."""
+    from tercet.control_messages import ControlReply
+    from tercet.messages import (
+        AbortReq,
+        BatchStrOutput,
+        BatchTokenIDOutput,
+        FinishReason,
+        TokenizedGenerateReq,
+    )
+    from tercet.sampling_params import SamplingParams
+
+    params = SamplingParams(max_new_tokens=2, temperature=0, seed=1)
+    str_output = BatchStrOutput(["nobody"], ["x"], [[1]], [None], [1], [1], [None], [None], [0])
+    return {
+        "scheduler": [
+            FinishReason("stop"),                                            # no handler
+            str_output,                                                      # no handler here
+            TokenizedGenerateReq("forged-1", [1, 2], 5),                     # sampling_params an int
+            AbortReq(7),                                                     # rid an int
+            TokenizedGenerateReq("forged-2", [10**9], params),               # refused: not a token id
+            TokenizedGenerateReq("forged-3", [1] * 100_000, params),         # refused: past the context
+            TokenizedGenerateReq("forged-4", [1, 2], SamplingParams(temperature=-3.0, seed=1)),  # refused
+        ],
+        "detokenizer": [
+            FinishReason("stop"),
+            TokenizedGenerateReq("forged-5", [1, 2], params),
+            BatchTokenIDOutput([1], [[1]], [None], [1], [1], [None], [None], [None], [0]),   # rids of ints
+            BatchTokenIDOutput(["forged-6"], [[2**40]], [None], [1], [1], [None], [None], [None], [0]),  # undecodable id
+        ],
+        "tokenizer": [
+            FinishReason("stop"),
+            AbortReq("forged-7"),
+            BatchStrOutput([5], ["x"], [[1]], [None], [1], [1], [None], [None], [0]),  # rids of ints
+            str_output,                                                      # an unknown request: ignored
+            ControlReply("no-such-request", 0, True),                        # nobody waits for it: ignored
+        ],
+    }
+
+
+# What each process counts once the forged messages above are handled.
+EXPECTED_COUNTS = {
+    "scheduler": {"unhandled_message": 2, "malformed_message": 2},
+    "detokenizer": {"unhandled_message": 2, "malformed_message": 1, "detokenizer": 1},
+    "server": {"unhandled_message": 2, "malformed_message": 1},
+}
+
+
+def contained_counts(server) -> dict[str, dict]:
+    info = httpx.get(server.base_url + "/get_server_info", timeout=30).json()
+    return {
+        "scheduler": info["ranks"][0]["contained_failures"]["by_kind"],
+        "detokenizer": info["contained_failures"]["detokenizer"]["by_kind"],
+        "server": info["contained_failures"]["server"]["by_kind"],
+    }
+
+
+def test_forged_messages_that_decode_are_dropped_or_refused_and_no_process_dies(start_server, tiny_llama_dir):
+    from tercet.config import TercetConfig
+    from tercet.process_context import ProcessContext
+
+    server = start_server(tiny_llama_dir, TINY_SETTINGS)
+    serializer = ProcessContext.create(TercetConfig()).create_serializer()
+    found = endpoints(server)
+    children = server.child_processes()
+    forged = forged_messages()
+    for edge, messages in forged.items():
+        assert push(found[edge][0], [serializer.encode(message) for message in messages]) == ["sent"] * len(messages)
+
+    deadline = time.monotonic() + 30
+    while contained_counts(server) != EXPECTED_COUNTS and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert contained_counts(server) == EXPECTED_COUNTS, server.log()[-4000:]
+    log = server.log()
+    assert "dropped a FinishReason from edge 1 (TokenizerManager -> scheduler)" in log
+    assert "dropped a FinishReason from edge 2 (scheduler -> detokenizer)" in log
+    assert "dropped a FinishReason from edge 3" in log
+    assert "TokenizedGenerateReq.sampling_params: expected SamplingParams, got int" in log
+
+    # Every process is the one that started, and the server serves.
+    assert server.process.poll() is None
+    assert [child.pid for child in server.child_processes()] == [child.pid for child in children]
+    assert all(child.is_running() for child in children)
+    answer = httpx.post(server.base_url + "/generate", json=SHORT_BODY, timeout=60)
+    assert answer.status_code == 200 and answer.json()["meta_info"]["completion_tokens"] == 8
+    wait_for_ranks(server.base_url, lambda ranks: ranks[0]["num_running_requests"] == 0)
+    assert sum(len(messages) for messages in forged.values()) == 16
+    assert server.stop() == 0

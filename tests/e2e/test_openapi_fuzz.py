@@ -3,14 +3,20 @@
 Every operation gets requests generated from its schema: valid ones
 (positive) and ones that break it (negative: wrong types, missing fields,
 values past the documented limits). However odd the request, the server must
-answer it without a 5xx and keep serving afterwards.
+answer it without a 5xx and keep serving afterwards, and the document and the
+parsers must agree: a request that breaks the schema is refused (4xx). On the
+control routes a valid request must also be served (2xx); the generation
+routes have rules no schema states (min_tokens <= max_tokens, the context
+length, a prompt that tokenizes to nothing…), so a valid-looking request may
+still be a 400 there.
 
 schemathesis only generates the cases here (plain hypothesis drives them), so
 the test does not depend on schemathesis's pytest integration, which lags
 behind new pytest releases.
 
 The schema is the document's fuzzing variant: token counts capped so each
-request stays fast, ``/update_weights_from_disk`` left out (it would load a
+request stays fast, token ids and top_k bounded by the served model's
+vocabulary, ``/update_weights_from_disk`` left out (it would load a
 checkpoint) and ``/pause_generation`` left out (it would stall every request
 after it).
 """
@@ -25,30 +31,55 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from running_server import TINY_SETTINGS
 from schemathesis import GenerationMode
+from schemathesis.checks import negative_data_rejection
+
 from tercet.http import openapi
 
 pytestmark = pytest.mark.e2e
 
 FUZZ_MAX_TOKENS = 64
-FUZZ_SCHEMA = schemathesis.openapi.from_dict(
-    openapi.build_document(
+
+
+def fuzz_schema(vocab_size: int | None = None):
+    document = openapi.build_document(
         max_tokens_limit=FUZZ_MAX_TOKENS,
         include_update_weights=False,
         exclude_paths=("/pause_generation",),
+        vocab_size=vocab_size,
     )
-)
-OPERATIONS = [result.ok() for result in FUZZ_SCHEMA.get_all_operations()]
-# Valid requests for every operation; schema-breaking ones for those with a
-# body (an operation that takes no input has no way to be sent a wrong one).
-CASES = [
-    pytest.param(operation.label, mode, id=f"{operation.label}-{mode.value}")
-    for operation in OPERATIONS
-    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-    if mode is GenerationMode.POSITIVE or operation.body
-]
+    return schemathesis.openapi.from_dict(document)
+
+
+OPERATIONS = [result.ok() for result in fuzz_schema().get_all_operations()]
+CONTROL_PATHS = frozenset({"/flush_cache", "/abort_request", "/get_server_info", "/continue_generation"})
+
+
+def _cases(operations) -> list:
+    # Valid requests for every operation; schema-breaking ones for those with a
+    # body (an operation that takes no input has no way to be sent a wrong one).
+    return [
+        pytest.param(operation.label, mode, id=f"{operation.label}-{mode.value}")
+        for operation in operations
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        if mode is GenerationMode.POSITIVE or operation.body
+    ]
+
+
+CASES = _cases(operation for operation in OPERATIONS if operation.path not in CONTROL_PATHS)
+CONTROL_CASES = _cases(operation for operation in OPERATIONS if operation.path in CONTROL_PATHS)
 # Examples per operation and mode; TERCET_FUZZ_EXAMPLES raises it for a long, thorough run.
 EXAMPLES = int(os.environ.get("TERCET_FUZZ_EXAMPLES", "25"))
+# Control requests are cheap (no generation), so they get more.
+CONTROL_EXAMPLES = 2 * EXAMPLES
 REQUEST_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def served_schema(tiny_llama_dir):
+    """The fuzzing schema with the served model's vocabulary, as the server's own document has."""
+    from transformers import AutoTokenizer
+
+    return fuzz_schema(len(AutoTokenizer.from_pretrained(tiny_llama_dir)))
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +101,13 @@ def _describe(case, response) -> str:
     return f"{response.status_code} for\n{case.as_curl_command()}\nresponse: {response.text[:2000]}"
 
 
-@pytest.mark.parametrize("label, mode", CASES)
-def test_no_request_gets_a_server_error(fuzz_server, label, mode):
-    operation = FUZZ_SCHEMA.find_operation_by_label(label)
+def _fuzz(schema, base_url: str, label: str, mode: GenerationMode, examples: int, expect) -> None:
+    """Send ``examples`` generated cases; ``expect(case, response)`` checks each answer."""
+    operation = schema.find_operation_by_label(label)
     seen_statuses: set[int] = set()
 
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=examples,
         deadline=None,  # one request's latency is the server's, not hypothesis's business
         derandomize=True,  # the same requests every run, so a failure reproduces
         database=None,
@@ -84,9 +115,36 @@ def test_no_request_gets_a_server_error(fuzz_server, label, mode):
     )
     @given(case=operation.as_strategy(generation_mode=mode))
     def check(case):
-        response = case.call(base_url=fuzz_server.base_url, timeout=REQUEST_TIMEOUT)
+        response = case.call(base_url=base_url, timeout=REQUEST_TIMEOUT)
         seen_statuses.add(response.status_code)
         assert response.status_code < 500, _describe(case, response)
+        expect(case, response)
 
     check()
     assert seen_statuses, f"no request was sent for {label}"
+
+
+def _is_answered(case, response) -> None:
+    pass  # without a 5xx, which _fuzz checks for every case
+
+
+def _is_served(case, response) -> None:
+    assert 200 <= response.status_code < 300, _describe(case, response)
+
+
+def _is_refused(case, response) -> None:
+    # schemathesis's own check knows which of its mutations really break the
+    # schema (a left-out optional body, say, does not).
+    case.validate_response(response, checks=[negative_data_rejection])
+
+
+@pytest.mark.parametrize("label, mode", CASES)
+def test_no_request_gets_a_server_error(fuzz_server, served_schema, label, mode):
+    expect = _is_answered if mode is GenerationMode.POSITIVE else _is_refused
+    _fuzz(served_schema, fuzz_server.base_url, label, mode, EXAMPLES, expect)
+
+
+@pytest.mark.parametrize("label, mode", CONTROL_CASES)
+def test_control_routes_answer_as_the_document_says(fuzz_server, served_schema, label, mode):
+    expect = _is_served if mode is GenerationMode.POSITIVE else _is_refused
+    _fuzz(served_schema, fuzz_server.base_url, label, mode, CONTROL_EXAMPLES, expect)

@@ -8,6 +8,8 @@ import json
 
 import httpx
 
+from tercet.containment import ContainedFailures
+from tercet.control_messages import ControlReply
 from tercet.http.app import create_app
 from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.messages import FinishReason, TokenLogprobs
@@ -74,11 +76,14 @@ class StandInTokenizerManager:
     def __init__(self, script: list | None = None, healthy: bool = True):
         self.script = script
         self.healthy = healthy
+        self.failures = ContainedFailures("server")
         self.requests: list[GenerateRequest] = []
         self.templated: list[list[dict]] = []
         self.outputs: list[ScriptedOutputs] = []
+        self.controls: list[type] = []  # control request types, in the order asked
+        self.rank_of_rid: dict[str, int] = {}
 
-    def apply_chat_template(self, messages: list[dict]) -> list[int]:
+    async def tokenize_chat(self, messages: list[dict], max_new_tokens: int = 0) -> list[int]:
         self.templated.append(messages)
         return [1] * (4 * len(messages))
 
@@ -91,6 +96,14 @@ class StandInTokenizerManager:
     def is_healthy(self) -> bool:
         return self.healthy
 
+    async def control(self, request_type: type, **fields) -> list[ControlReply]:
+        """One rank, which does whatever it is asked."""
+        self.controls.append(request_type)
+        return [ControlReply("stand-in", 0, True)]
+
+    def abort(self, rid: str) -> bool:
+        return rid in self.rank_of_rid
+
 
 def client_for(app) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://tercet")
@@ -100,7 +113,8 @@ async def post(body, path="/v1/completions", manager=None, **app_options) -> htt
     async with client_for(create_app(manager or StandInTokenizerManager(), **app_options)) as client:
         if isinstance(body, (bytes, str)):
             return await client.post(path, content=body)
-        return await client.post(path, json=body)
+        # json.dumps escapes to ASCII, so a lone surrogate travels as JSON's "\ud800" (httpx's json= cannot).
+        return await client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
 
 
 def sse_events(response: httpx.Response) -> list[dict]:

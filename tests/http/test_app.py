@@ -7,9 +7,9 @@ import re
 
 import httpx
 import pytest
-
 from http_stand_in import HANG, MODEL, STREAMED, StandInTokenizerManager, client_for, piece, post, sse_events
 from starlette.responses import JSONResponse
+
 from tercet.errors import RequestError
 from tercet.http.app import create_app
 from tercet.http.server import serve_http
@@ -195,6 +195,67 @@ async def test_unexpected_error_is_500_and_the_server_keeps_serving(caplog):
     assert failed.status_code == 500 and failed.json()["error"]["type"] == "internal_error"
     assert "boom" in caplog.text
     assert served.status_code == 200
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        ("/v1/completions", b'{"prompt": "x", "nested": ' + b"[" * DEEP + b"]" * DEEP + b"}", None),
+        ("/generate", b"[" * DEEP + b"]" * DEEP, None),
+        ("/v1/completions", b'{"prompt": "x", "logit_bias": {"' + b"1" * 5000 + b'": 1}}', "logit_bias"),
+        ("/v1/completions", b'{"prompt": "\\ud800"}', "prompt"),
+        ("/generate", b'{"text": "\\ud800"}', "text"),
+        ("/v1/completions", b'{"prompt": "x", "model": "\\ud800"}', "model"),
+        # The param quotes the key: the surrogate comes back escaped.
+        ("/generate", b'{"text": "x", "sampling_params": {"\\ud800": 1}}', "sampling_params.\\ud800"),
+    ],
+    ids=["deep-object", "deep-array", "long-logit-bias-key", "prompt-surrogate", "text-surrogate",
+         "model-surrogate", "key-surrogate"],
+)
+async def test_inputs_that_once_gave_500_are_400_in_json(path, body, param):
+    response = await post(body, path)
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+
+
+async def test_an_error_quoting_a_lone_surrogate_is_still_json():
+    app = create_app(StandInTokenizerManager(), extra_routes=[("/quote", _quote_the_body, ["POST"])])
+    async with client_for(app) as client:
+        response = await client.post("/quote", content=b'{"name": "a\\ud800b"}')
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "message": "no such thing: a\\ud800b",
+        "type": "invalid_request_error",
+        "param": "name.a\\ud800b",
+        "code": None,
+    }
+
+
+async def _quote_the_body(request, tokenizer_manager):
+    name = json.loads(await request.body())["name"]
+    raise RequestError(f"no such thing: {name}", f"name.{name}")
+
+
+class UnsendableResponse(JSONResponse):
+    async def __call__(self, scope, receive, send):
+        raise RuntimeError("the response could not be sent")
+
+
+async def test_a_failure_past_the_handler_is_a_json_500():
+    async def endpoint(request, tokenizer_manager):
+        return UnsendableResponse({})
+
+    app = create_app(StandInTokenizerManager(), extra_routes=[("/unsendable", endpoint, ["GET"])])
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://tercet") as client:
+        response = await client.get("/unsendable")
+    assert response.status_code == 500 and response.headers["content-type"] == "application/json"
+    assert response.json()["error"]["type"] == "internal_error"
 
 
 async def test_error_in_mid_stream_becomes_an_error_event():

@@ -29,6 +29,9 @@ def test_messages_are_normalized_for_the_template():
         (["hi"], "messages[0]"),
         ([{"role": "tool", "content": "x"}], "messages[0].role"),
         ([{"role": "user"}], "messages[0].content"),
+        ([{"role": "user", "content": None}], "messages[0].content"),  # null only on an assistant turn
+        ([{"role": "system", "content": "a\ud800"}], "messages[0].content"),
+        ([{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}], "messages[0].content[0].text"),
         ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], "messages[0].content[0]"),
     ],
 )

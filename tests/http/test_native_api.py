@@ -3,7 +3,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from http_stand_in import (
     PROMPT_LOGPROBS,
     STREAMED,
@@ -14,6 +13,7 @@ from http_stand_in import (
     sse_events,
     with_logprobs,
 )
+
 from tercet.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
@@ -57,6 +57,23 @@ async def test_native_generate_stream_is_cumulative():
         ({"text": "x", "logprob_start_len": -2}, "logprob_start_len"),
         ({"text": "x", "input_ids": [1]}, "text"),
         ({"input_ids": []}, "input_ids"),
+        ({"input_ids": [100]}, "input_ids"),  # the stand-in's vocabulary is 100 tokens
+        ({"input_ids": [1 << 64]}, "input_ids"),
+        ({"text": "\ud800"}, "text"),
+        ({"text": "x", "rid": "\udc00"}, "rid"),
+        ({"text": "x", "rid": ""}, "rid"),
+        ({"text": "x", "user": "\ud800"}, "user"),
+        ({"text": "x", "priority": 1 << 31}, "priority"),
+        ({"text": "x", "logprob_start_len": 1 << 63}, "logprob_start_len"),
+        ({"text": "x", "sampling_params": {"stop": ["\ud800"]}}, "sampling_params.stop"),
+        ({"text": "x", "sampling_params": {"top_k": 1 << 63, "temperature": 1}}, "sampling_params.top_k"),
+        ({"text": "x", "sampling_params": {"top_k": 1 << 64}}, "sampling_params.top_k"),
+        ({"text": "x", "sampling_params": {"max_new_tokens": 1 << 63}}, "sampling_params.max_new_tokens"),
+        ({"text": "x", "sampling_params": {"min_new_tokens": -1}}, "sampling_params.min_new_tokens"),
+        ({"text": "x", "return_logprob": True, "logprob_start_len": 0, "sampling_params": {"return_prompt_logprob": [1]}},
+         "sampling_params.return_prompt_logprob"),
+        ({"text": "x", "return_logprob": True, "sampling_params": {"return_logprob": "yes"}},
+         "sampling_params.return_logprob"),
     ],
 )
 async def test_native_generate_rejects_bad_bodies(body, param):

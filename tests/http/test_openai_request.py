@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from tercet.errors import RequestError
@@ -10,7 +12,7 @@ CONTEXT_LEN = 100
 VOCAB_SIZE = 1000
 
 
-def fake_chat_template(messages: list[dict]) -> list[int]:
+async def fake_chat_template(messages: list[dict], max_new_tokens: int) -> list[int]:
     # Ten tokens per message is enough to check the "fill the context" default.
     return [7] * (10 * len(messages))
 
@@ -21,7 +23,7 @@ def parse_completion(**body):
 
 def parse_chat(**body):
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body}
-    return parse_chat_completion_request(body, MODEL, CONTEXT_LEN, fake_chat_template, VOCAB_SIZE)
+    return asyncio.run(parse_chat_completion_request(body, MODEL, CONTEXT_LEN, fake_chat_template, VOCAB_SIZE))
 
 
 def completion_params(**body):
@@ -125,7 +127,10 @@ def test_prompt_forms(prompt, text, input_ids):
         ([], "non-empty"),
         (None, "required"),
         (5, "must be a string"),
-        ([1, -2], "must be a string"),
+        ([1, -2], "each token id in prompt must be an integer from 0 to 999"),
+        ([[1, 1000]], "each token id in prompt must be an integer from 0 to 999"),
+        ("\ud800", "lone surrogate"),
+        (["a\udfff"], "lone surrogate"),
     ],
 )
 def test_bad_prompts_are_rejected_with_param(prompt, fragment):
@@ -153,22 +158,31 @@ def test_other_model_is_404_model_not_found():
         ("top_p", 1.5, "top_p"),
         ("top_k", -2, "top_k"),
         ("top_k", 1.5, "top_k"),
+        ("top_k", VOCAB_SIZE + 1, "top_k"),
+        ("top_k", 1 << 63, "top_k"),  # past int64: would crash the scheduler's tensor
+        ("top_k", 1 << 64, "top_k"),  # past 64 bits: msgpack cannot encode it
         ("min_p", 1.5, "min_p"),
         ("frequency_penalty", 3, "frequency_penalty"),
         ("presence_penalty", -2.5, "presence_penalty"),
         ("repetition_penalty", 0, "repetition_penalty"),
         ("max_tokens", -1, "max_tokens"),
         ("max_tokens", 2.5, "max_tokens"),
+        ("max_tokens", 1 << 63, "max_tokens"),
         ("min_tokens", -1, "min_tokens"),
         ("min_tokens", 17, "min_tokens"),  # above the default max_tokens of 16
         ("seed", "abc", "seed"),
         ("seed", 1 << 64, "seed"),
+        ("seed", -(1 << 63) - 1, "seed"),
         ("stop", "", "stop"),
         ("stop", [1], "stop"),
         ("stop", {"a": 1}, "stop"),
         ("stop", ["s"] * 17, "stop"),
+        ("stop", "\ud800", "stop"),
+        ("stop", ["ok", "x\udc00"], "stop"),
+        ("stop", [[[[[[[[["deep"]]]]]]]]], "stop"),
         ("stop_token_ids", [VOCAB_SIZE], "stop_token_ids"),
         ("stop_token_ids", 5, "stop_token_ids"),
+        ("stop_token_ids", [1 << 64], "stop_token_ids"),
         ("ignore_eos", "yes", "ignore_eos"),
         ("skip_special_tokens", 1, "skip_special_tokens"),
         ("no_stop_trim", "no", "no_stop_trim"),
@@ -176,6 +190,8 @@ def test_other_model_is_404_model_not_found():
         ("logit_bias", {"1.5": 1}, "logit_bias"),
         ("logit_bias", {str(VOCAB_SIZE): 1}, "logit_bias"),
         ("logit_bias", {"-1": 1}, "logit_bias"),
+        ("logit_bias", {"1" * 5000: 1}, "logit_bias"),  # past int()'s digit limit
+        ("logit_bias", {"\u0661": 1}, "logit_bias"),  # ARABIC-INDIC DIGIT ONE: int() reads it, JSON clients do not
         ("logit_bias", {"5": 101}, "logit_bias"),
         ("logit_bias", {"5": "big"}, "logit_bias"),
         ("logit_bias", [1, 2], "logit_bias"),
@@ -189,6 +205,8 @@ def test_other_model_is_404_model_not_found():
         ("stream", "yes", "stream"),
         ("suffix", "tail", "suffix"),
         ("best_of", 3, "best_of"),
+        ("model", "\ud800", "model"),
+        ("model", 5, "model"),
     ],
 )
 def test_bad_parameters_are_400_naming_the_param(field, value, param):
@@ -203,8 +221,13 @@ def test_best_of_equal_to_n_is_fine():
 def test_stream_options():
     request = parse_completion(prompt="x", stream=True, stream_options={"include_usage": True})
     assert request.stream and request.include_usage
-    assert error_of(parse_completion, prompt="x", stream_options={"include_usage": True}).param == "stream_options"
+    # Without stream the options are checked, then ignored.
+    request = parse_completion(prompt="x", stream_options={"include_usage": True})
+    assert not request.stream and not request.include_usage
+    assert error_of(parse_completion, prompt="x", stream_options=[]).param == "stream_options"
     assert error_of(parse_completion, prompt="x", stream=True, stream_options=[]).param == "stream_options"
+    error = error_of(parse_completion, prompt="x", stream_options={"include_usage": 1})
+    assert error.param == "stream_options.include_usage"
 
 
 def test_streaming_echo_with_logprobs_and_n_is_accepted():
@@ -269,6 +292,11 @@ def test_chat_logprobs(body, expected):
         ({"echo": True}, "echo"),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"n": 0}, "n"),
+        ({"top_k": 1 << 63, "temperature": 1}, "top_k"),
+        ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+         "messages[0].content[0].text"),
+        ({"messages": [{"role": "user", "content": None}]}, "messages[0].content"),
     ],
 )
 def test_bad_chat_parameters_name_the_param(body, param):

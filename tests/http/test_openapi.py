@@ -8,11 +8,13 @@ import jsonschema_rs
 import pytest
 import schemathesis
 from http_stand_in import MODEL, StandInTokenizerManager, client_for
+
 from tercet.errors import RequestError
 from tercet.http import openapi
 from tercet.http.app import BUILTIN_ROUTES, create_app
 from tercet.http.native_request import parse_generate_request
 from tercet.http.openai_request import parse_completion_request
+from tercet.sampling_params import FIELD_RANGES, INT64_MIN, UINT64_MAX, IntRange
 
 STAND_IN_VOCAB = StandInTokenizerManager.vocab_size
 
@@ -71,7 +73,8 @@ def test_fuzzing_variant_caps_tokens_and_drops_paths():
     assert native["max_new_tokens"]["maximum"] == 64 and native["min_new_tokens"]["maximum"] == 64
     assert "/update_weights_from_disk" not in document["paths"]
     assert "/pause_generation" not in document["paths"]
-    assert "maximum" not in openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["max_tokens"]
+    uncapped = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["max_tokens"]
+    assert uncapped["maximum"] == FIELD_RANGES["max_new_tokens"].maximum
 
 
 @pytest.mark.anyio
@@ -81,18 +84,20 @@ async def test_served_at_openapi_json():
         response = await client.get("/openapi.json")
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
-    assert response.json() == openapi.DOCUMENT
+    # The served document knows the vocabulary, which bounds token ids and top_k.
+    assert response.json() == openapi.build_document(vocab_size=STAND_IN_VOCAB) != openapi.DOCUMENT
 
 
 def _as_json_schema(schema):
-    """OpenAPI 3.0's ``nullable`` spelled as JSON Schema, so jsonschema_rs can check a body."""
+    """OpenAPI 3.0 spelled as JSON Schema (draft 4), so jsonschema_rs can check a body:
+    ``nullable`` becomes a union with null, as schemathesis converts it."""
     if isinstance(schema, list):
         return [_as_json_schema(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
     converted = {key: _as_json_schema(value) for key, value in schema.items() if key != "nullable"}
-    if schema.get("nullable") and "type" in schema:
-        converted["type"] = [schema["type"], "null"]
+    if schema.get("nullable"):
+        return {"anyOf": [converted, {"type": "null"}]}
     return converted
 
 
@@ -116,12 +121,14 @@ async def test_error_responses_match_the_error_schema(path, body, status):
 
 # -- the document's ranges are the parsers' ranges ---------------------------------
 
-NATIVE_SAMPLING = openapi.DOCUMENT["components"]["schemas"]["GenerateRequest"]["properties"]["sampling_params"]
-OPENAI_COMPLETION = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]
+# The document the stand-in's server serves: ranges bounded by its vocabulary, as the parsers' are.
+SERVED = openapi.build_document(vocab_size=STAND_IN_VOCAB)
+NATIVE_SAMPLING = SERVED["components"]["schemas"]["GenerateRequest"]["properties"]["sampling_params"]
+OPENAI_COMPLETION = SERVED["components"]["schemas"]["CompletionRequest"]
 BOUNDED = [
     (name, schema)
     for name, schema in NATIVE_SAMPLING["properties"].items()
-    if schema.get("type") in ("integer", "number") and ("minimum" in schema or "maximum" in schema)
+    if schema.get("type") in ("integer", "number")
 ]
 
 
@@ -174,7 +181,7 @@ def test_completion_ranges_match_the_parser(name):
 
 
 def test_native_top_level_ranges_match_the_parser():
-    properties = openapi.DOCUMENT["components"]["schemas"]["GenerateRequest"]["properties"]
+    properties = SERVED["components"]["schemas"]["GenerateRequest"]["properties"]
     assert properties["logprob_start_len"]["minimum"] == -1
     _generate({}, logprob_start_len=-1)
     with pytest.raises(RequestError):
@@ -194,3 +201,100 @@ def test_unknown_sampling_keys_are_refused_as_documented():
     for name in NATIVE_SAMPLING["properties"]:
         # Every documented key is a key the parser knows (null: the default).
         _generate({name: None})
+
+
+# -- the document and the parsers agree, body by body ------------------------------
+
+
+def _request_schema(path: str) -> dict:
+    schema = SERVED["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    if "$ref" in schema:
+        schema = SERVED["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return _as_json_schema(schema)
+
+
+# Bodies on the edge of what the document allows (schemathesis found the first
+# disagreements): for each, the schema and the parser must give the same answer.
+EDGE_BODIES = [
+    ("/abort_request", {}),
+    ("/abort_request", {"abort_all": False}),
+    ("/abort_request", {"abort_all": None}),
+    ("/abort_request", {"abort_all": True}),
+    ("/abort_request", {"rid": "0", "abort_all": {}}),
+    ("/abort_request", {"rid": "0", "abort_all": None}),
+    ("/abort_request", {"rid": None, "abort_all": True}),
+    ("/abort_request", {"rid": ""}),
+    ("/abort_request", {"rid": 5, "abort_all": True}),
+    ("/flush_cache", {}),
+    ("/flush_cache", {"timeout": None}),
+    ("/flush_cache", {"timeout": 3600}),
+    ("/flush_cache", {"timeout": 3600.5}),
+    ("/flush_cache", {"timeout": -1}),
+    ("/generate", {"text": None, "input_ids": [0]}),
+    ("/generate", {"text": "x", "input_ids": None}),
+    ("/generate", {"text": None, "input_ids": None}),
+    ("/generate", {"text": "x", "input_ids": [0]}),
+    ("/generate", {"input_ids": [STAND_IN_VOCAB - 1]}),
+    ("/generate", {"input_ids": [STAND_IN_VOCAB]}),
+    ("/generate", {"text": "x", "sampling_params": {"top_k": STAND_IN_VOCAB}}),
+    ("/generate", {"text": "x", "sampling_params": {"top_k": STAND_IN_VOCAB + 1}}),
+    ("/generate", {"text": "x", "sampling_params": {"stop_token_ids": [STAND_IN_VOCAB]}}),
+    ("/generate", {"text": "x", "logprob_start_len": FIELD_RANGES["max_new_tokens"].maximum + 1}),
+    ("/v1/completions", {"prompt": [STAND_IN_VOCAB - 1]}),
+    ("/v1/completions", {"prompt": [[STAND_IN_VOCAB]]}),
+    ("/v1/completions", {"prompt": "x", "stream_options": {"include_usage": True}}),
+    ("/v1/completions", {"prompt": "x", "stream_options": []}),
+    ("/v1/completions", {"prompt": "x", "best_of": 1}),
+    ("/v1/completions", {"prompt": "x", "suffix": ""}),
+    ("/v1/completions", {"prompt": "x", "suffix": []}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "assistant"}, {"role": "user", "content": "hi"}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "developer", "content": "a"}, {"role": "user", "content": "b"}]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream_options": {}}),
+]
+
+
+@pytest.mark.parametrize("path, body", EDGE_BODIES, ids=[f"{path}-{body}" for path, body in EDGE_BODIES])
+@pytest.mark.anyio
+async def test_the_document_and_the_parsers_agree(path, body):
+    in_schema = jsonschema_rs.Draft4Validator(_request_schema(path)).is_valid(body)
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        response = await client.post(path, json=body)
+    assert response.status_code in (200, 400), response.text
+    assert (response.status_code == 200) == in_schema, f"schema says {in_schema}, server says {response.text}"
+
+
+def test_every_integer_is_bounded_within_64_bits():
+    """An integer the document allows is one the wire and the scheduler can carry."""
+
+    def integers(schema, where):
+        if isinstance(schema, dict):
+            if schema.get("type") == "integer":
+                yield where, schema
+            for key, value in schema.items():
+                yield from integers(value, f"{where}.{key}")
+        elif isinstance(schema, list):
+            for index, value in enumerate(schema):
+                yield from integers(value, f"{where}[{index}]")
+
+    found = list(integers(SERVED["paths"], "paths")) + list(integers(SERVED["components"], "components"))
+    assert len(found) > 20
+    for where, schema in found:
+        assert "minimum" in schema and "maximum" in schema, where
+        # Only seeds may be unsigned 64-bit; everything else fits int64, the scheduler's tensors.
+        limit = UINT64_MAX if where.endswith(".seed") else (1 << 63) - 1
+        assert INT64_MIN <= schema["minimum"] <= schema["maximum"] <= limit, where
+
+
+def test_ranges_come_from_the_parsers_table():
+    properties = SERVED["components"]["schemas"]["CompletionRequest"]["properties"]
+    assert properties["top_k"]["maximum"] == STAND_IN_VOCAB
+    assert properties["stop_token_ids"]["items"]["maximum"] == STAND_IN_VOCAB - 1
+    generic = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]
+    assert generic["top_k"]["maximum"] == FIELD_RANGES["top_k"].maximum
+    for name, value_range in FIELD_RANGES.items():
+        if isinstance(value_range, IntRange) and value_range.vocab_offset is None:
+            assert NATIVE_SAMPLING["properties"][name]["minimum"] == value_range.minimum, name
+            assert NATIVE_SAMPLING["properties"][name]["maximum"] == value_range.maximum, name

@@ -94,7 +94,7 @@ class Harness:
         while self.num_received < self.num_sent:
             assert self.scheduler.receiver.poll(5000)
             for message in self.scheduler.receiver.receive_pending():
-                self.scheduler.dispatcher(message)
+                self.scheduler.dispatch(message)
                 self.num_received += 1
         self.scheduler.run_step()
         return [m for m in self.outputs.receive_pending()] if self.outputs.poll(1000) else []

@@ -1,0 +1,61 @@
+"""Sampling a step's rows so that one request's failure stays with that request.
+
+The batch is sampled in one go, as always. Should that raise, something in
+one row's parameters is to blame, not the batch: each row is then sampled on
+its own (a row's token depends only on its own logits, seed and step, so the
+result is the same as in the batch), and the rows that still fail end their
+request with an internal error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tercet.scheduler.req import Req
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    token_id: int
+    logprob: float | None = None
+    top_logprobs: list | None = None
+
+
+def sample_rows(scheduler, reqs: list[Req], logits) -> list[TokenChoice | None]:
+    """The next token of each request (row i of ``logits`` is ``reqs[i]``); None
+    where that request failed and was ended."""
+    try:
+        return _sample(scheduler, reqs, logits)
+    except Exception:
+        scheduler.failures.record("sampling", f"sampling a batch of {len(reqs)} rows failed; sampling them one by one")
+    choices: list[TokenChoice | None] = []
+    for row, req in enumerate(reqs):
+        try:
+            choices.extend(_sample(scheduler, [req], logits[row:row + 1]))
+        except Exception:
+            scheduler.failures.record("sampling", f"sampling request {req.rid!r} failed")
+            scheduler.fail(req, "sampling its next token")
+            choices.append(None)
+    return choices
+
+
+def _sample(scheduler, reqs: list[Req], logits) -> list[TokenChoice]:
+    from tercet.model.sampler import SamplingBatch, sample
+
+    stop_conditions = scheduler.stop_conditions
+    sampling_batch = SamplingBatch.from_params(
+        [req.sampling_params for req in reqs],
+        seeds=[req.seed for req in reqs],
+        steps=[len(req.output_ids) for req in reqs],
+        prompt_ids=[req.input_ids for req in reqs],
+        output_ids=[req.output_ids for req in reqs],
+        stop_token_ids_for_min_tokens=[stop_conditions.expected_stop_token_ids(req) for req in reqs],
+        device=logits.device,
+    )
+    result = sample(logits, sampling_batch)
+    if result.logprobs is None:
+        return [TokenChoice(token_id) for token_id in result.token_ids]
+    return [
+        TokenChoice(token_id, logprob, top)
+        for token_id, logprob, top in zip(result.token_ids, result.logprobs, result.top_logprobs)
+    ]
