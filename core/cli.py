@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     plugins = commands.add_parser("plugins", help="list installed plugins and what they register")
     plugins.add_argument("--json", action="store_true", help="print JSON")
+    # The configuration says which plugins are disabled.
+    add_config_arguments(plugins)
 
     bench = commands.add_parser(
         "bench", help="benchmark an OpenAI-compatible server: throughput, TTFT, inter-token latency"
@@ -88,14 +90,16 @@ def main(argv: list[str] | None = None) -> int:
             from tercet.plugin_manager import PluginRegistries, create_plugin_manager
 
             config = config_from_arguments(arguments)
-            check_plugin_choices(config, PluginRegistries.from_plugin_manager(create_plugin_manager()))
+            plugin_manager = create_plugin_manager(disabled=config.disabled_plugins)
+            check_plugin_choices(config, PluginRegistries.from_plugin_manager(plugin_manager))
             print(config_as_toml(config))
             return 0
         if arguments.command == "plugins":
             from tercet.plugin_listing import describe_plugins, format_plugins
             from tercet.plugin_manager import create_plugin_manager
 
-            described = describe_plugins(create_plugin_manager())
+            config = config_from_arguments(arguments)
+            described = describe_plugins(create_plugin_manager(disabled=config.disabled_plugins))
             print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
             return 0
         if arguments.command == "bench":

@@ -17,6 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tercet.component_kinds import COMPONENT_KINDS
 from tercet.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -33,10 +34,14 @@ def _at_least(default, minimum):
     return field(default=default, metadata={"min": minimum})
 
 
+# The weight and KV dtypes a model runs in (torch's names); "auto" picks one by device.
+DTYPE_NAMES = ("float32", "bfloat16")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     path: str | None = None  # None: the built-in default model
-    dtype: str = _choice("auto", "auto", "float32", "bfloat16")
+    dtype: str = _choice("auto", "auto", *DTYPE_NAMES)
     served_model_name: str | None = None  # None: the model directory's name
     device: str = _choice("auto", "auto", "cpu", "cuda")
 
@@ -119,13 +124,15 @@ class TercetConfig:
     detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # [plugins] disable: entry-point plugins that are not loaded at all, in any process.
+    disabled_plugins: tuple[str, ...] = ()
 
     def replace(self, section: str, **changes) -> "TercetConfig":
         return dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **changes)})
 
 
 SECTIONS: dict[str, type] = {
-    f.name: f.default_factory for f in dataclasses.fields(TercetConfig) if f.name != "plugins"
+    f.name: f.default_factory for f in dataclasses.fields(TercetConfig) if f.name not in ("plugins", "disabled_plugins")
 }
 # Environment variables under the TERCET_ prefix that are not config keys.
 NON_CONFIG_ENVIRONMENT = {"TERCET_CACHE_DIR", "TERCET_CONFIG"}
@@ -147,9 +154,13 @@ def load_config(
 
     merged: dict[str, dict[str, Any]] = {}
     plugin_options: dict[str, dict[str, Any]] = {}
+    disabled_plugins: tuple[str, ...] = ()
     for origin, layer, values_are_text in layers:
         for section, values in layer.items():
             if section == "plugins":
+                if isinstance(values, Mapping) and "disable" in values:
+                    values = dict(values)
+                    disabled_plugins = _disabled_plugins(values.pop("disable"), origin)
                 _merge_plugin_options(plugin_options, values, origin)
                 continue
             section_type = _section_type(section, origin)
@@ -164,7 +175,16 @@ def load_config(
                     value = parse_text_value(declared, section, key, value, origin)
                 merged.setdefault(section, {})[key] = _checked(declared, section, key, value, origin)
     sections = {name: SECTIONS[name](**merged.get(name, {})) for name in SECTIONS}
-    return TercetConfig(**sections, plugins=plugin_options)
+    return TercetConfig(**sections, plugins=plugin_options, disabled_plugins=disabled_plugins)
+
+
+def _disabled_plugins(value: Any, origin: str) -> tuple[str, ...]:
+    """``[plugins] disable``: a list of plugin names in TOML, comma-separated text elsewhere."""
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    if isinstance(value, list) and all(isinstance(name, str) and name for name in value):
+        return tuple(value)
+    raise ConfigError(f"{origin}: plugins.disable must be a list of plugin names, got {value!r}")
 
 
 # Values that say "no key" rather than being one: a shell variable that was
@@ -198,6 +218,9 @@ def values_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, s
     for name, value in environ.items():
         if not name.startswith("TERCET_") or name in NON_CONFIG_ENVIRONMENT:
             continue
+        if name == "TERCET_PLUGINS_DISABLE":
+            values["plugins"] = {"disable": value}
+            continue
         section, _, key = name[len("TERCET_"):].lower().partition("_")
         # Only variables naming one of our sections are config; other TERCET_*
         # names may belong to plugins or scripts. A bad key in a known section is an error.
@@ -207,14 +230,17 @@ def values_from_environment(environ: Mapping[str, str]) -> dict[str, dict[str, s
 
 
 def parse_set_options(assignments: list[str]) -> dict[str, dict[str, Any]]:
-    """``--set section.key=value`` (or ``plugins.<name>.key=value``) into nested dicts."""
+    """``--set section.key=value`` (or ``plugins.<name>.key=value``, or
+    ``plugins.disable=a,b``) into nested dicts."""
     values: dict[str, dict[str, Any]] = {}
     for assignment in assignments:
         dotted, equals, value = assignment.partition("=")
         parts = dotted.strip().split(".")
         if not equals or len(parts) < 2 or not all(parts):
             raise ConfigError(f"--set expects section.key=value, got {assignment!r}")
-        if parts[0] == "plugins":
+        if parts == ["plugins", "disable"]:
+            values.setdefault("plugins", {})["disable"] = value
+        elif parts[0] == "plugins":
             if len(parts) != 3:
                 raise ConfigError(f"--set expects plugins.<name>.key=value, got {assignment!r}")
             values.setdefault("plugins", {}).setdefault(parts[1], {})[parts[2]] = _guess_text_value(value)
@@ -249,11 +275,9 @@ def parse_text_value(declared: dataclasses.Field, section: str, key: str, text: 
 
 def check_plugin_choices(config: TercetConfig, registries) -> None:
     """Fail early, naming the available implementations, for an unknown plugin name."""
-    registries.scheduling_policies.get(config.scheduler.policy)
-    registries.serializers.get(config.ipc.serializer)
-    registries.transports.get(config.ipc.transport)
-    registries.attention_backends.get(config.attention.backend)
-    registries.detokenizers.get(config.detokenizer.strategy)
+    for kind in COMPONENT_KINDS:
+        if kind.config_key is not None:
+            registries.chosen(kind.registry, config)
 
 
 def config_as_toml(config: TercetConfig) -> str:
@@ -268,6 +292,10 @@ def config_as_toml(config: TercetConfig) -> str:
                 lines.append(f'{declared.name} = "***"')
             else:
                 lines.append(f"{declared.name} = {_toml_value(value)}")
+        lines.append("")
+    if config.disabled_plugins:
+        lines.append("[plugins]")
+        lines.append(f"disable = {_toml_value(list(config.disabled_plugins))}")
         lines.append("")
     for plugin, options in config.plugins.items():
         lines.append(f"[plugins.{plugin}]")

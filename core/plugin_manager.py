@@ -3,39 +3,131 @@
 Built-in plugins and third-party plugins arrive the same way: through the
 ``tercet`` entry-point group. Tests build a fresh manager and register inline
 plugins with :func:`create_plugin_manager(load_entry_points=False)`.
+
+Loading is loud: a plugin that cannot be imported, a hook implementation
+whose name is no hook (a typo such as ``register_scheduling_policy``) or whose
+arguments do not match its hook, and a wrapper on a register hook are each a
+:class:`~tercet.errors.ConfigError` naming the plugin. Plugins named in
+``[plugins] disable`` are never imported.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
 from tercet import hookspecs
+from tercet.component_kinds import COMPONENT_KINDS, KINDS_BY_HOOK, KINDS_BY_REGISTRY
 from tercet.errors import ConfigError
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
-
-# Component hook name -> the kind of thing it registers, as users see it.
-COMPONENT_HOOKS = {
-    "register_serializers": "serializer",
-    "register_transports": "transport",
-    "register_scheduling_policies": "scheduling policy",
-    "register_detokenizers": "detokenizer",
-    "register_attention_backends": "attention backend",
-    "register_message_types": "message type",
-}
+# Hooks tercet calls implementation by implementation (see collect): a wrapper there would never run.
+REGISTER_HOOKS = (*KINDS_BY_HOOK, "register_message_handlers", "register_http_routes")
 
 
-def create_plugin_manager(load_entry_points: bool = True, extra_plugins=()) -> pluggy.PluginManager:
+def create_plugin_manager(
+    load_entry_points: bool = True, extra_plugins=(), disabled: Iterable[str] = ()
+) -> pluggy.PluginManager:
+    """The plugin manager of one process: entry-point plugins (less the ``disabled``
+    ones, which are not even imported) and ``extra_plugins``, every one checked."""
     plugin_manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     plugin_manager.add_hookspecs(hookspecs)
+    disabled = list(disabled)
+    if disabled:
+        unknown = sorted(set(disabled) - set(installed_plugin_names()))
+        if unknown:
+            raise ConfigError(
+                f"plugins.disable names {', '.join(map(repr, unknown))}, which no installed distribution provides; "
+                f"installed plugins: {', '.join(sorted(installed_plugin_names()))}"
+            )
+    for name in disabled:
+        plugin_manager.set_blocked(name)
     if load_entry_points:
-        plugin_manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        _load_entry_points(plugin_manager)
     for plugin in extra_plugins:
-        plugin_manager.register(plugin)
+        _register(plugin_manager, plugin)
+    check_plugins(plugin_manager)
     return plugin_manager
+
+
+def installed_plugin_names() -> list[str]:
+    return sorted({entry_point.name for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def _load_entry_points(plugin_manager: pluggy.PluginManager) -> None:
+    try:
+        plugin_manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    except pluggy.PluginValidationError as error:
+        raise ConfigError(f"plugin {_name_of(plugin_manager, error.plugin)!r}: {error}") from None
+    except Exception:
+        # pluggy does not say which entry point failed: find it, to name it.
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if plugin_manager.get_plugin(entry_point.name) is None and not plugin_manager.is_blocked(entry_point.name):
+                try:
+                    entry_point.load()
+                except Exception as error:
+                    raise ConfigError(
+                        f"plugin {entry_point.name!r} ({entry_point.value}) cannot be imported: "
+                        f"{type(error).__name__}: {error}; disable it with plugins.disable = [{entry_point.name!r}]"
+                    ) from error
+        raise
+
+
+def _register(plugin_manager: pluggy.PluginManager, plugin) -> None:
+    try:
+        plugin_manager.register(plugin)
+    except pluggy.PluginValidationError as error:
+        raise ConfigError(f"plugin {_name_of(plugin_manager, plugin)!r}: {error}") from None
+
+
+def check_plugins(plugin_manager: pluggy.PluginManager) -> None:
+    """Refuse what pluggy would let pass silently: an implementation of a hook
+    that does not exist, and a wrapper on a register hook."""
+    try:
+        plugin_manager.check_pending()
+    except pluggy.PluginValidationError as error:
+        raise ConfigError(
+            f"plugin {_name_of(plugin_manager, error.plugin)!r}: {error}; the hooks are: "
+            f"{', '.join(sorted(name for name in dir(plugin_manager.hook) if not name.startswith('_')))}"
+        ) from None
+    for plugin in plugin_manager.get_plugins():
+        check_api_versions(_name_of(plugin_manager, plugin), getattr(plugin, "TERCET_API_VERSIONS", None))
+    for hook_name in REGISTER_HOOKS:
+        for hookimpl in getattr(plugin_manager.hook, hook_name).get_hookimpls():
+            if hookimpl.hookwrapper or hookimpl.wrapper:
+                raise ConfigError(
+                    f"plugin {hookimpl.plugin_name!r}: {hook_name} cannot be a wrapper; "
+                    "register implementations instead"
+                )
+
+
+def check_api_versions(plugin_name: str, declared) -> None:
+    """Refuse a plugin whose ``TERCET_API_VERSIONS`` leaves out the running plugin API version."""
+    if declared is None:
+        return
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    from tercet.plugin_api import API_VERSION
+
+    try:
+        supported = SpecifierSet(declared)
+    except (InvalidSpecifier, TypeError):
+        raise ConfigError(
+            f"plugin {plugin_name!r}: TERCET_API_VERSIONS must be a version specifier such as '>=1.0,<2', "
+            f"got {declared!r}"
+        ) from None
+    if API_VERSION not in supported:
+        raise ConfigError(
+            f"plugin {plugin_name!r} supports tercet plugin API {declared}, but this tercet's is {API_VERSION}; "
+            f"install a version of the plugin made for it, or disable it with plugins.disable = [{plugin_name!r}]"
+        )
+
+
+def _name_of(plugin_manager: pluggy.PluginManager, plugin) -> str:
+    return plugin_manager.get_name(plugin) or getattr(plugin, "__name__", None) or type(plugin).__name__
 
 
 @dataclass(frozen=True)
@@ -77,7 +169,8 @@ def collect(plugin_manager: pluggy.PluginManager, hook_name: str, **hook_kwargs)
     The hook implementations are called one by one (rather than through the
     hook caller) so each registration is attributed to its plugin.
     """
-    registry = NamedRegistry(COMPONENT_HOOKS.get(hook_name, hook_name))
+    kind = KINDS_BY_HOOK.get(hook_name)
+    registry = NamedRegistry(kind.kind if kind else hook_name)
     for hookimpl in reversed(getattr(plugin_manager.hook, hook_name).get_hookimpls()):
         def register(name, obj, _plugin_name=hookimpl.plugin_name):
             registry.add(name, obj, _plugin_name)
@@ -98,25 +191,25 @@ def collect_pairs(plugin_manager: pluggy.PluginManager, hook_name: str, **hook_k
 
 @dataclass(frozen=True)
 class PluginRegistries:
-    """Every component registry, built once per process."""
+    """Every component registry, built once per process: one per entry of the table
+    of component kinds, by its ``registry`` name (``registries.scheduling_policies``)."""
 
-    serializers: NamedRegistry
-    transports: NamedRegistry
-    scheduling_policies: NamedRegistry
-    detokenizers: NamedRegistry
-    attention_backends: NamedRegistry
-    message_types: NamedRegistry
+    by_name: Mapping[str, NamedRegistry]
 
     @classmethod
     def from_plugin_manager(cls, plugin_manager: pluggy.PluginManager) -> "PluginRegistries":
-        return cls(
-            serializers=collect(plugin_manager, "register_serializers"),
-            transports=collect(plugin_manager, "register_transports"),
-            scheduling_policies=collect(plugin_manager, "register_scheduling_policies"),
-            detokenizers=collect(plugin_manager, "register_detokenizers"),
-            attention_backends=collect(plugin_manager, "register_attention_backends"),
-            message_types=collect(plugin_manager, "register_message_types"),
-        )
+        return cls({kind.registry: collect(plugin_manager, kind.hook) for kind in COMPONENT_KINDS})
+
+    def __getattr__(self, name: str) -> NamedRegistry:
+        try:
+            return self.__dict__["by_name"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def chosen(self, registry: str, config) -> Any:
+        """The implementation the config names for a kind with a config key."""
+        section, key = KINDS_BY_REGISTRY[registry].config_key
+        return self.by_name[registry].get(getattr(getattr(config, section), key))
 
 
 def message_handlers(plugin_manager: pluggy.PluginManager, component: str) -> list[tuple[type, Callable]]:

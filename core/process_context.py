@@ -28,16 +28,20 @@ class ProcessContext:
 
     @classmethod
     def create(cls, config: TercetConfig, plugin_manager: pluggy.PluginManager | None = None) -> "ProcessContext":
-        plugin_manager = plugin_manager or create_plugin_manager()
+        plugin_manager = plugin_manager or create_plugin_manager(disabled=config.disabled_plugins)
         registries = PluginRegistries.from_plugin_manager(plugin_manager)
         check_plugin_choices(config, registries)
         return cls(config, plugin_manager, registries, MessageRegistry.from_plugin_registries(registries))
 
+    def chosen(self, registry: str):
+        """The factory the config chooses for a component kind (``"scheduling_policies"``, say)."""
+        return self.registries.chosen(registry, self.config)
+
     def create_serializer(self):
-        return self.registries.serializers.get(self.config.ipc.serializer)(self.message_registry)
+        return self.chosen("serializers")(self.message_registry)
 
     def create_transport(self):
-        return self.registries.transports.get(self.config.ipc.transport)(self.config.ipc)
+        return self.chosen("transports")(self.config.ipc)
 
 
 def configure_logging(component: str, level: str) -> None:

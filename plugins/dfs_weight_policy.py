@@ -12,27 +12,6 @@ from tercet.hookspecs import hookimpl
 from tercet.scheduler.policy import SchedulingPolicy
 
 
-def deepest_node_reached(prefix_cache, token_ids):
-    """The node whose subtree holds this prompt's cached prefix.
-
-    The match stops at the last fully matched node; when the prefix goes on
-    into part of a child, that child is the better home, since requests
-    sharing part of one edge share more than its parent.
-    """
-    match = prefix_cache.match_prefix(token_ids)
-    node = match.node
-    depth = sum(len(ancestor.token_ids) for ancestor in ancestors_and_self(node))
-    if match.num_tokens > depth:
-        node = node.children[tuple(token_ids[depth:depth + prefix_cache.page_size])]
-    return node
-
-
-def ancestors_and_self(node):
-    while node is not None:
-        yield node
-        node = node.parent
-
-
 class DepthFirstByWeight(SchedulingPolicy):
     def order(self, waiting, view):
         by_arrival = sorted(waiting, key=lambda req: req.arrival_index)
@@ -40,32 +19,30 @@ class DepthFirstByWeight(SchedulingPolicy):
             return by_arrival
 
         # Only the nodes on a path to a waiting request's node are visited, not the whole cache.
-        requests_at = {}  # id(node) -> that node's own waiting requests, in arrival order
-        weight = {}  # id(node) -> waiting requests in its subtree
-        first_arrival = {}  # id(node) -> earliest arrival in its subtree: breaks weight ties
-        children_in_use = {}  # id(node) -> {id(child): child} on those paths
+        requests_at = {}  # node -> that node's own waiting requests, in arrival order
+        weight = {}  # node -> waiting requests in its subtree
+        first_arrival = {}  # node -> earliest arrival in its subtree: breaks weight ties
+        children_in_use = {}  # node -> {child: None} on those paths (a dict keeps them unique)
         for req in by_arrival:
-            node = deepest_node_reached(view.prefix_cache, req.all_token_ids)
-            requests_at.setdefault(id(node), []).append(req)
-            for ancestor in ancestors_and_self(node):
-                weight[id(ancestor)] = weight.get(id(ancestor), 0) + 1
-                first_arrival.setdefault(id(ancestor), req.arrival_index)
-                if ancestor.parent is not None:
-                    children_in_use.setdefault(id(ancestor.parent), {})[id(ancestor)] = ancestor
+            # Nodes from the root to the one whose subtree holds this prompt's cached prefix.
+            path = view.prefix_cache.match(req.all_token_ids).path
+            requests_at.setdefault(path[-1], []).append(req)
+            for depth, node in enumerate(path):
+                weight[node] = weight.get(node, 0) + 1
+                first_arrival.setdefault(node, req.arrival_index)
+                if depth:
+                    children_in_use.setdefault(path[depth - 1], {})[node] = None
 
         ordered = []
         # Iterative post-order: a cache of long, branching prompts can be deeper than Python's recursion limit.
-        stack = [(view.prefix_cache.root, False)]
+        stack = [(view.prefix_cache.root_key, False)]
         while stack:
             node, children_done = stack.pop()
             if children_done:
-                ordered.extend(requests_at.get(id(node), []))
+                ordered.extend(requests_at.get(node, []))
                 continue
             stack.append((node, True))
-            children = sorted(
-                children_in_use.get(id(node), {}).values(),
-                key=lambda child: (-weight[id(child)], first_arrival[id(child)]),
-            )
+            children = sorted(children_in_use.get(node, {}), key=lambda child: (-weight[child], first_arrival[child]))
             # Pushed lightest first, so the heaviest is popped (visited) first.
             stack.extend((child, False) for child in reversed(children))
         return ordered

@@ -141,3 +141,27 @@ def test_a_real_api_key_or_none_at_all_is_accepted(tmp_path):
     assert load_config(environ={}, overrides=parse_set_options(["server.api_key=none-of-yours"])).server.api_key == (
         "none-of-yours"
     )
+
+
+def test_disabled_plugins_from_each_layer_the_last_one_wins(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text('[plugins]\ndisable = ["lof_policy", "random_policy"]\n\n[plugins.priority]\naging = 2.0\n')
+    from_file = load_config(str(toml), environ={})
+    assert from_file.disabled_plugins == ("lof_policy", "random_policy")
+    assert from_file.plugins == {"priority": {"aging": 2.0}}
+    from_environment = load_config(str(toml), environ={"TERCET_PLUGINS_DISABLE": "lpm_policy, lof_policy"})
+    assert from_environment.disabled_plugins == ("lpm_policy", "lof_policy")
+    from_command_line = load_config(
+        str(toml), environ={"TERCET_PLUGINS_DISABLE": "lpm_policy"}, overrides=parse_set_options(["plugins.disable="])
+    )
+    assert from_command_line.disabled_plugins == ()
+    shown = tmp_path / "shown.toml"
+    shown.write_text(config_as_toml(from_file))
+    assert load_config(str(shown), environ={}) == from_file
+
+
+def test_a_disable_value_that_is_not_plugin_names_is_an_error(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text("[plugins]\ndisable = [1]\n")
+    with pytest.raises(ConfigError, match="plugins.disable must be a list of plugin names"):
+        load_config(str(toml), environ={})

@@ -1,4 +1,9 @@
-"""A built wheel carries both import packages and registers the built-ins as entry points."""
+"""A built wheel carries both import packages and registers the built-ins as entry points.
+
+pyproject.toml lists the packages and the built-in plugins' entry points by
+hand: a directory left out of it is missing from the wheel, and a plugin left
+out is never registered. The last two tests compare those lists with the tree.
+"""
 
 import subprocess
 import sys
@@ -8,6 +13,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def packages_under(package: str, directory: Path) -> set[str]:
+    """The import package of every directory under ``directory`` (itself included) that holds a module."""
+    folders = [directory, *(path for path in directory.rglob("*") if path.is_dir())]
+    return {".".join((package, *folder.relative_to(directory).parts)) for folder in folders if any(folder.glob("*.py"))}
 
 
 @pytest.fixture(scope="module")
@@ -33,3 +51,17 @@ def test_wheel_registers_builtins_and_the_command(wheel):
     text = wheel.read(entry_points).decode()
     assert "[tercet]" in text and "msgpack_serializer = tercet.plugins.msgpack_serializer" in text
     assert "tercet = tercet.cli:main" in text
+
+
+def test_every_package_directory_is_listed():
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    found = set()
+    for package, directory in setuptools["package-dir"].items():
+        found |= packages_under(package, ROOT / directory)
+    assert sorted(setuptools["packages"]) == sorted(found), "[tool.setuptools] packages and the directories differ"
+
+
+def test_every_builtin_plugin_module_is_an_entry_point():
+    modules = {f"tercet.plugins.{path.stem}" for path in (ROOT / "plugins").glob("*.py") if path.stem != "__init__"}
+    registered = set(PYPROJECT["project"]["entry-points"]["tercet"].values())
+    assert registered == modules, "[project.entry-points.tercet] and plugins/*.py differ"

@@ -64,3 +64,123 @@ def test_every_hookspec_is_documented():
     for name in dir(plugin_manager.hook):
         if not name.startswith("_"):
             assert getattr(hookspecs, name).__doc__, name
+
+
+class MisspelledHookPlugin:
+    @hookimpl
+    def register_scheduling_policy(self, register):  # no such hook: the plural is
+        register("never", object)
+
+
+class WrapperPlugin:
+    @hookimpl(wrapper=True)
+    def register_scheduling_policies(self, register):
+        return (yield)
+
+
+class WrongArgumentsPlugin:
+    @hookimpl
+    def register_detokenizers(self, register, tokenizer):
+        pass
+
+
+@pytest.mark.parametrize("plugin, expected", [
+    (MisspelledHookPlugin(), r"unknown hook 'register_scheduling_policy'.*the hooks are: .*register_scheduling_policies"),
+    (WrapperPlugin(), "register_scheduling_policies cannot be a wrapper"),
+    (WrongArgumentsPlugin(), "tokenizer"),
+])
+def test_loading_is_loud(plugin, expected):
+    with pytest.raises(ConfigError, match=expected) as raised:
+        create_plugin_manager(load_entry_points=False, extra_plugins=[plugin])
+    assert "plugin " in str(raised.value)
+
+
+def install_fake_distribution(folder, monkeypatch, name: str, source: str) -> None:
+    """A module and its .dist-info with a ``tercet`` entry point, as pip would leave them."""
+    (folder / f"{name}.py").write_text(source)
+    dist_info = folder / f"{name}-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text(f"[tercet]\n{name} = {name}\n")
+    monkeypatch.syspath_prepend(str(folder))
+
+
+BROKEN_PLUGIN = "raise ImportError('this plugin needs a library that is not installed')\n"
+
+
+def test_a_plugin_that_cannot_be_imported_is_named(tmp_path, monkeypatch):
+    install_fake_distribution(tmp_path, monkeypatch, "tercet_broken", BROKEN_PLUGIN)
+    with pytest.raises(ConfigError, match=r"plugin 'tercet_broken' \(tercet_broken\) cannot be imported: ImportError"):
+        create_plugin_manager()
+
+
+def test_a_disabled_plugin_is_never_imported_and_is_listed_as_disabled(tmp_path, monkeypatch, capsys):
+    from tercet.cli import main
+
+    install_fake_distribution(tmp_path, monkeypatch, "tercet_broken", BROKEN_PLUGIN)
+    plugin_manager = create_plugin_manager(disabled=["tercet_broken", "lof_policy"])
+    registries = PluginRegistries.from_plugin_manager(plugin_manager)
+    assert "lof" not in registries.scheduling_policies.names() and "fcfs" in registries.scheduling_policies.names()
+
+    assert main(["plugins"]) == 1
+    assert "plugin 'tercet_broken' (tercet_broken) cannot be imported" in capsys.readouterr().err
+    monkeypatch.setenv("TERCET_PLUGINS_DISABLE", "tercet_broken")
+    assert main(["plugins"]) == 0
+    assert "tercet_broken  (tercet_broken 0.1; module tercet_broken)\n  disabled (plugins.disable): not loaded" in (
+        capsys.readouterr().out
+    )
+
+
+def test_disabling_a_plugin_that_is_not_installed_is_an_error():
+    with pytest.raises(ConfigError, match="plugins.disable names 'no_such_plugin'.*installed plugins: .*fcfs_policy"):
+        create_plugin_manager(disabled=["no_such_plugin"])
+
+
+def test_every_component_kind_has_a_documented_hook_a_registry_and_a_config_key():
+    from tercet import hookspecs
+    from tercet.component_kinds import COMPONENT_KINDS
+    from tercet.config import TercetConfig
+
+    registries = PluginRegistries.from_plugin_manager(create_plugin_manager())
+    config = TercetConfig()
+    for kind in COMPONENT_KINDS:
+        assert getattr(hookspecs, kind.hook).__doc__ == kind.doc
+        assert getattr(registries, kind.registry).kind == kind.kind
+        if kind.config_key is not None:
+            section, key = kind.config_key
+            # The default names a built-in implementation.
+            assert getattr(getattr(config, section), key) in getattr(registries, kind.registry).names()
+
+
+class DeclaringPlugin:
+    def __init__(self, versions):
+        self.TERCET_API_VERSIONS = versions
+
+    @hookimpl
+    def register_transports(self, register):
+        register("declared", object)
+
+
+def test_a_plugin_declaring_the_running_api_version_loads():
+    from tercet.plugin_api import API_VERSION
+
+    major = int(API_VERSION.split(".")[0])
+    create_plugin_manager(load_entry_points=False, extra_plugins=[DeclaringPlugin(f">={major}.0,<{major + 1}")])
+
+
+@pytest.mark.parametrize("versions, expected", [
+    (">=99", r"supports tercet plugin API >=99, but this tercet's is \d+\.\d+"),
+    ("<0.1", r"supports tercet plugin API <0.1"),
+    ("one point oh", "TERCET_API_VERSIONS must be a version specifier"),
+])
+def test_a_plugin_made_for_another_api_version_is_refused_naming_both(versions, expected):
+    with pytest.raises(ConfigError, match=expected):
+        create_plugin_manager(load_entry_points=False, extra_plugins=[DeclaringPlugin(versions)])
+
+
+def test_the_public_api_lists_what_it_exports():
+    import tercet.plugin_api as plugin_api
+
+    assert sorted(plugin_api.__all__) == plugin_api.__all__
+    for name in plugin_api.__all__:
+        assert hasattr(plugin_api, name), name

@@ -17,8 +17,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
+from tercet.plugin_api import SchedulerView, SchedulingPolicy, hookimpl
+
+# The tercet plugin API versions this plugin is made for (see tercet.plugin_api).
+TERCET_API_VERSIONS = ">=1.0,<2"
 
 CONFIG_TABLE = "fair_share"
 DEFAULT_TENANT = "default"

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 from starlette.responses import JSONResponse
 
-from tercet.control_messages import ControlRequest
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import ControlRequest, SchedulerStats, hookimpl
+
+# The tercet plugin API versions this plugin is made for (see tercet.plugin_api).
+TERCET_API_VERSIONS = ">=1.0,<2"
 
 MESSAGE_TAG = "tercet_kv_stats.kv_stats_req"
 ROUTE = "/kv_stats"
@@ -56,27 +58,13 @@ def with_ratios(figures: dict) -> dict:
     }
 
 
-def rank_stats(scheduler) -> dict:
-    """One rank's figures, from its scheduler (plain ints and floats: they cross IPC)."""
-    kv_memory = scheduler.kv_memory
-    page_size = int(kv_memory.page_size)
-    allocator = kv_memory.page_allocator
-    num_total = int(allocator.num_total)
-    prefix_cache = scheduler.prefix_cache
-    return with_ratios(
-        {
-            "rank": int(scheduler.rank),
-            "kv_used_tokens": (num_total - int(allocator.num_free)) * page_size,
-            "kv_total_tokens": num_total * page_size,
-            "prefix_cache_tokens": int(prefix_cache.num_cached_pages) * page_size if prefix_cache is not None else 0,
-            "prompt_tokens_admitted": int(scheduler.num_prompt_tokens_admitted),
-            "prompt_tokens_from_cache": int(scheduler.num_prompt_tokens_from_cache),
-        }
-    )
+def rank_stats(stats: SchedulerStats) -> dict:
+    """One rank's figures, from the snapshot its scheduler hands to handlers (plain ints: they cross IPC)."""
+    return with_ratios({"rank": stats.rank, **{name: getattr(stats, name) for name in SUMMED_FIELDS}})
 
 
-def handle_kv_stats(scheduler, message: KvStatsReq) -> dict:
-    return rank_stats(scheduler)
+def handle_kv_stats(stats: SchedulerStats, message: KvStatsReq) -> dict:
+    return rank_stats(stats)
 
 
 def summarize(per_rank: list[dict]) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig, SchedulerConfig
 from tercet.errors import ConfigError
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
@@ -23,7 +24,9 @@ from tercet.model.cpu_packed_linear import can_pack, pack_linear_layers
 from tercet.model.weights import load_weights
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+# The runner's defaults are the configuration's: the limits are written once, in core/config.py.
+_CACHE, _SCHEDULER, _MODEL = CacheConfig(), SchedulerConfig(), ModelConfig()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -47,12 +50,12 @@ class ModelRunner:
     def __init__(
         self,
         model_path: str | Path,
-        dtype: str = "auto",
-        device: str = "auto",
+        dtype: str = _MODEL.dtype,
+        device: str = _MODEL.device,
         attention_backend_factory: Callable[[AttentionLayout], AttentionBackend] | None = None,
-        max_total_tokens: int = 16384,
-        page_size: int = 16,
-        max_running_requests: int = 64,
+        max_total_tokens: int = _CACHE.max_total_tokens,
+        page_size: int = _CACHE.page_size,
+        max_running_requests: int = _SCHEDULER.max_running_requests,
     ):
         from transformers import AutoConfig
 

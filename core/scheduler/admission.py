@@ -8,7 +8,6 @@ not fit (batch cap or memory), the policy may name running requests to preempt.
 
 from __future__ import annotations
 
-from tercet.scheduler.policy import SchedulerView
 from tercet.scheduler.req import Req
 
 
@@ -26,7 +25,7 @@ class Admission:
             len(req.tokens_to_feed()) for req in scheduler.running if req.is_prefilling
         )
         admitted: list[Req] = []
-        view = SchedulerView(running=tuple(scheduler.running), prefix_cache=scheduler.prefix_cache)
+        view = scheduler.policy.scheduler_view(scheduler.running, scheduler.prefix_cache)
         for leader in scheduler.policy.order(list(scheduler.waiting), view):
             group = leader.group
             if admitted and budget <= 0:

@@ -7,6 +7,7 @@ becomes ``ok=False`` with its message, and the scheduler keeps serving.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from tercet.control_messages import (
@@ -21,6 +22,7 @@ from tercet.control_messages import (
 )
 from tercet.errors import TercetError
 from tercet.messages import FinishReason
+from tercet.scheduler.stats import SchedulerStats
 
 logger = logging.getLogger(__name__)
 
@@ -59,24 +61,10 @@ def flush_cache(scheduler) -> dict:
 
 
 def internal_state(scheduler) -> dict:
-    memory = scheduler.kv_memory
-    page_size = memory.page_size
-    used_pages = memory.page_allocator.num_total - memory.page_allocator.num_free
-    cache = scheduler.prefix_cache
-    return {
-        "rank": scheduler.rank,
-        "num_running_requests": len(scheduler.running),
-        "num_waiting_requests": sum(len(leader.group) for leader in scheduler.waiting),
-        "kv_used_tokens": used_pages * page_size,
-        "kv_total_tokens": memory.capacity_tokens,
-        "kv_usage": used_pages / memory.page_allocator.num_total,
-        "prefix_cache_tokens": cache.num_cached_pages * page_size if cache else 0,
-        "prompt_tokens_admitted": scheduler.num_prompt_tokens_admitted,
-        "prompt_tokens_from_cache": scheduler.num_prompt_tokens_from_cache,
-        "num_retractions": scheduler.num_retractions,
-        "is_paused": scheduler.is_paused,
-        "contained_failures": scheduler.failures.as_dict(),
-    }
+    stats = SchedulerStats.of(scheduler)
+    state = dataclasses.asdict(stats)
+    del state["page_size"]
+    return {**state, "kv_usage": stats.kv_usage, "contained_failures": scheduler.failures.as_dict()}
 
 
 def set_paused(scheduler, paused: bool) -> dict:

@@ -6,7 +6,9 @@ and stops at the first that does not fit), and may name a running request to
 preempt for a waiting one. Policies are registered through
 ``register_scheduling_policies`` and chosen by ``[scheduler] policy``; the
 factory receives the whole resolved config, so a plugin reads its own options
-from ``config.plugins[<its name>]``.
+from ``config.plugins[<its name>]``. A policy sees requests as read-only
+:class:`RequestView`s and the prefix cache as a :class:`PrefixCacheView`,
+never the scheduler's own objects.
 """
 
 from __future__ import annotations
@@ -15,24 +17,29 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
 
-from tercet.scheduler.req import Req
+from tercet.scheduler.policy_views import PrefixCacheView, RequestView
 
 
 @dataclass(frozen=True)
 class SchedulerView:
     """What a policy may look at besides the waiting queue (read only)."""
 
-    running: Sequence[Req]
-    # The radix prefix cache (tercet.scheduler.radix_cache.RadixCache), or None when
-    # [cache] prefix_cache is off.
-    prefix_cache: object | None
+    # The running requests, as RequestViews.
+    running: Sequence[RequestView]
+    # The prefix cache as a PrefixCacheView, or None when [cache] prefix_cache is off.
+    # (A RadixCache given here is wrapped in its view.)
+    prefix_cache: PrefixCacheView | None
 
-    def cached_prefix_length(self, req: Req) -> int:
+    def __post_init__(self):
+        if self.prefix_cache is not None and not isinstance(self.prefix_cache, PrefixCacheView):
+            object.__setattr__(self, "prefix_cache", PrefixCacheView(self.prefix_cache))
+
+    def cached_prefix_length(self, req: RequestView) -> int:
         """How many leading tokens of the request would come from the prefix cache if admitted now."""
         if self.prefix_cache is None:
             return 0
         # Admission matches all but the last token (at least one is always fed).
-        return self.prefix_cache.match_prefix(req.all_token_ids[:-1]).num_tokens
+        return self.prefix_cache.match(req.all_token_ids[:-1]).num_tokens
 
 
 class SchedulingPolicy(ABC):
@@ -40,10 +47,10 @@ class SchedulingPolicy(ABC):
         self.config = config
 
     @abstractmethod
-    def order(self, waiting: Sequence[Req], view: SchedulerView) -> list[Req]:
+    def order(self, waiting: Sequence[RequestView], view: SchedulerView) -> list[RequestView]:
         """The waiting requests (all of them, each once) in the order to try admitting them."""
 
-    def choose_preemption_victim(self, candidate: Req, running: Sequence[Req]) -> Req | None:
+    def choose_preemption_victim(self, candidate: RequestView, running: Sequence[RequestView]) -> RequestView | None:
         """A running request to send back to the waiting queue so ``candidate`` can run, or None.
 
         Called when ``candidate`` (the first request in ``order``) does not fit.

@@ -44,6 +44,7 @@ from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import send_outputs_contained
 from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
+from tercet.scheduler.stats import SchedulerStats
 from tercet.scheduler.stop_conditions import StopConditions
 from tercet.stage_timer import stage_timer
 from tercet.watchdog import StepHeartbeat
@@ -91,8 +92,9 @@ class Scheduler:
         self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
         handlers = [
             *builtin_control_handlers(self),
+            # Plugins' handlers see a snapshot of the rank's figures, never the scheduler itself.
             *[
-                (message_type, lambda message, handler=handler: handler(self, message))
+                (message_type, lambda message, handler=handler: handler(SchedulerStats.of(self), message))
                 for message_type, handler in message_handlers(context.plugin_manager, "scheduler")
             ],
         ]

@@ -119,6 +119,7 @@ def test_a_weight_that_is_not_positive_is_named(fair_share_installed):
         make_fair_share(TercetConfig(plugins={"fair_share": {"weights": {"A": 0}}}))
 
 
+@pytest.mark.e2e
 def test_a_server_selects_it_in_toml_and_serves_tenants_fairly(fair_share_installed, tmp_path, tiny_llama_dir):
     """End to end: chosen in tercet.toml, tenants from the X-Tenant header."""
     import asyncio

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -81,23 +80,22 @@ def test_only_the_scheduler_gets_a_handler_and_the_server_gets_the_route(kv_stat
 # -- one rank's figures and their sum, without a server --------------------------------
 
 
-def fake_scheduler(rank=0, num_total=512, num_free=500, page_size=8, prefix_cache=None, admitted=0, from_cache=0):
-    return SimpleNamespace(
-        rank=rank,
-        kv_memory=SimpleNamespace(page_size=page_size, page_allocator=SimpleNamespace(num_total=num_total, num_free=num_free)),
-        prefix_cache=prefix_cache,
-        num_prompt_tokens_admitted=admitted,
-        num_prompt_tokens_from_cache=from_cache,
-        running=[],
-        waiting=[],
+def fake_stats(rank=0, num_total=512, num_free=500, page_size=8, cached_pages=0, admitted=0, from_cache=0):
+    """What a scheduler rank hands its plugins' handlers."""
+    from tercet.plugin_api import SchedulerStats
+
+    return SchedulerStats(
+        rank=rank, num_running_requests=0, num_waiting_requests=0, page_size=page_size,
+        kv_used_tokens=(num_total - num_free) * page_size, kv_total_tokens=num_total * page_size,
+        prefix_cache_tokens=cached_pages * page_size, prompt_tokens_admitted=admitted,
+        prompt_tokens_from_cache=from_cache, num_retractions=0, is_paused=False,
     )
 
 
 def test_a_rank_reports_its_pages_in_tokens_and_its_hit_rate(kv_stats_installed):
     plugin = installed_plugin()
-    cache = SimpleNamespace(num_cached_pages=40, num_evictable_pages=30)
-    scheduler = fake_scheduler(rank=1, num_total=512, num_free=448, prefix_cache=cache, admitted=400, from_cache=100)
-    figures = plugin.handle_kv_stats(scheduler, plugin.KvStatsReq(request_id="r1"))
+    stats = fake_stats(rank=1, num_total=512, num_free=448, cached_pages=40, admitted=400, from_cache=100)
+    figures = plugin.handle_kv_stats(stats, plugin.KvStatsReq(request_id="r1"))
     assert figures == {
         "rank": 1,
         "kv_used_tokens": 64 * 8,
@@ -112,7 +110,7 @@ def test_a_rank_reports_its_pages_in_tokens_and_its_hit_rate(kv_stats_installed)
 
 def test_without_a_prefix_cache_or_any_request_the_figures_are_zero(kv_stats_installed):
     plugin = installed_plugin()
-    figures = plugin.handle_kv_stats(fake_scheduler(num_free=512), plugin.KvStatsReq(request_id="r1"))
+    figures = plugin.handle_kv_stats(fake_stats(num_free=512), plugin.KvStatsReq(request_id="r1"))
     assert figures["kv_used_tokens"] == 0
     assert figures["kv_usage"] == 0.0
     assert figures["prefix_cache_tokens"] == 0
@@ -129,7 +127,7 @@ def test_the_request_and_its_reply_cross_either_serializer(kv_stats_installed, s
     serializer = registries.serializers.get(serializer_name)(MessageRegistry.from_plugin_registries(registries))
     request = plugin.KvStatsReq(request_id="control-7")
     assert serializer.decode(serializer.encode(request)) == request
-    figures = plugin.handle_kv_stats(fake_scheduler(admitted=10, from_cache=5), request)
+    figures = plugin.handle_kv_stats(fake_stats(admitted=10, from_cache=5), request)
     reply = ControlReply(request_id="control-7", rank=0, ok=True, data=figures)
     assert serializer.decode(serializer.encode(reply)) == reply
 
@@ -162,10 +160,9 @@ def test_the_route_lists_every_rank_and_sums_them(kv_stats_installed):
     from tercet.control_messages import ControlReply
 
     plugin = installed_plugin()
-    cache = SimpleNamespace(num_cached_pages=10, num_evictable_pages=10)
     rank_figures = [
-        plugin.rank_stats(fake_scheduler(rank=0, num_total=100, num_free=90, prefix_cache=cache, admitted=300, from_cache=0)),
-        plugin.rank_stats(fake_scheduler(rank=1, num_total=100, num_free=70, prefix_cache=cache, admitted=100, from_cache=100)),
+        plugin.rank_stats(fake_stats(rank=0, num_total=100, num_free=90, cached_pages=10, admitted=300, from_cache=0)),
+        plugin.rank_stats(fake_stats(rank=1, num_total=100, num_free=70, cached_pages=10, admitted=100, from_cache=100)),
     ]
     tokenizer_manager = FakeTokenizerManager(
         [ControlReply(request_id="c", rank=rank, ok=True, data=figures) for rank, figures in enumerate(rank_figures)]
@@ -193,7 +190,7 @@ def test_a_rank_that_fails_is_named(kv_stats_installed):
 
     plugin = installed_plugin()
     tokenizer_manager = FakeTokenizerManager([
-        ControlReply(request_id="c", rank=0, ok=True, data=plugin.rank_stats(fake_scheduler())),
+        ControlReply(request_id="c", rank=0, ok=True, data=plugin.rank_stats(fake_stats())),
         ControlReply(request_id="c", rank=1, ok=False, message="no page allocator"),
     ])
     response = route_client(tokenizer_manager).get("/kv_stats")
@@ -207,6 +204,7 @@ SHARED_PREFIX = list(range(1000, 1160))  # 160 tokens: 20 whole pages of 8
 NUM_SUFFIX_TOKENS = 3
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "serializer_name, dp_size",
     [("msgpack", 1), ("msgpack", 2), ("pickle", 2)],

@@ -11,8 +11,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.e2e
-
 
 def serve(args: list[str], environ: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # The timeout only stops a server that started anyway; the refusal comes long before it.

@@ -18,8 +18,6 @@ import httpx
 import pytest
 from running_server import TINY_SETTINGS
 
-pytestmark = pytest.mark.e2e
-
 SURROGATE = "\ud800"  # what JSON's "\ud800" decodes to: UTF-8 (and so msgpack) cannot encode it
 DEEP = 100_000
 TIMEOUT = 60

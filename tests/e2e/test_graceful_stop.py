@@ -15,10 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import pytest
 from running_server import TINY_SETTINGS, RunningServer, num_waiting, wait_for_ranks
-
-pytestmark = pytest.mark.e2e
 
 MAX_TOKENS = 24
 
@@ -101,5 +98,7 @@ def test_requests_still_running_at_shutdown_timeout_are_ended_with_503(tmp_path,
         server.stop()
     assert ended["status"] == 503
     assert "server.shutdown_timeout = 1 s" in ended["json"]["error"]["message"]
-    assert 1 <= took < 6, f"exit took {took:.1f} s after SIGTERM with shutdown_timeout = 1 s"
+    # Not a timing test: the bound only shows the stuck request did not hold the exit
+    # (a busy 2-core machine has taken 7 s to stop the children; the figure is printed).
+    assert 1 <= took < 20, f"exit took {took:.1f} s after SIGTERM with shutdown_timeout = 1 s"
     print(f"\nexit {took:.2f} s after SIGTERM (shutdown_timeout = 1 s)")

@@ -19,11 +19,31 @@ request stays fast, token ids and top_k bounded by the served model's
 vocabulary, ``/update_weights_from_disk`` left out (it would load a
 checkpoint) and ``/pause_generation`` left out (it would stall every request
 after it).
+
+The budget, sized so the run cannot time out on a busy 2-core machine:
+
+- requests: ``EXAMPLES`` (25) per generation operation and mode,
+  ``CONTROL_EXAMPLES`` (50) per control operation and mode, sent one at a time
+  and derandomized, so every run sends the same ones (``TERCET_FUZZ_EXAMPLES``
+  raises it for a long run);
+- one request's work: ``max_tokens``/``max_new_tokens``/``min_tokens`` at most
+  ``FUZZ_MAX_TOKENS`` (64), ``n`` at most ``scheduler.max_running_requests``
+  (8; more is refused with a 400), and at most ``FUZZ_CONTEXT_LEN`` (256)
+  tokens of context. The context is what bounds a chat request that leaves
+  ``max_tokens`` out, which runs to the end of the context: at the tiny
+  model's own 1024 those took up to a minute each with ``n`` > 2 and made the
+  chat case take three minutes and once time out. The worst request is now
+  8 x 256 tokens, a few seconds;
+- ``REQUEST_TIMEOUT`` (120 s) per request, far above that worst case;
+  hypothesis's per-example deadline is off, since a loaded machine's latency
+  is not a finding.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 import httpx
 import pytest
@@ -35,9 +55,8 @@ from schemathesis.checks import negative_data_rejection
 
 from tercet.http import openapi
 
-pytestmark = pytest.mark.e2e
-
 FUZZ_MAX_TOKENS = 64
+FUZZ_CONTEXT_LEN = 256
 
 
 def fuzz_schema(vocab_size: int | None = None):
@@ -71,7 +90,7 @@ CONTROL_CASES = _cases(operation for operation in OPERATIONS if operation.path i
 EXAMPLES = int(os.environ.get("TERCET_FUZZ_EXAMPLES", "25"))
 # Control requests are cheap (no generation), so they get more.
 CONTROL_EXAMPLES = 2 * EXAMPLES
-REQUEST_TIMEOUT = 60
+REQUEST_TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +102,23 @@ def served_schema(tiny_llama_dir):
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(start_server, tiny_llama_dir):
-    server = start_server(tiny_llama_dir, TINY_SETTINGS)
+def fuzz_model_dir(tiny_llama_dir, tmp_path_factory):
+    """The tiny model with a ``FUZZ_CONTEXT_LEN``-token context (same weights and vocabulary)."""
+    target = tmp_path_factory.mktemp("fuzz-model")
+    shutil.copytree(tiny_llama_dir, target, dirs_exist_ok=True)
+    config_path = target / "config.json"
+    config = json.loads(config_path.read_text())
+    config["max_position_embeddings"] = FUZZ_CONTEXT_LEN
+    config_path.write_text(json.dumps(config, indent=2))
+    return target
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(start_server, fuzz_model_dir):
+    server = start_server(fuzz_model_dir, TINY_SETTINGS)
+    # The budget rests on the context; check it holds rather than assume it.
+    info = httpx.get(server.base_url + "/get_server_info", timeout=REQUEST_TIMEOUT).json()
+    assert info["context_len"] == FUZZ_CONTEXT_LEN, info
     yield server
     # The point of the run: after everything the fuzzer sent, the server still serves.
     assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200

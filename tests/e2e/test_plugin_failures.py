@@ -16,8 +16,6 @@ import httpx
 import pytest
 from running_server import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
 
-pytestmark = pytest.mark.e2e
-
 PLUGIN_SOURCE = '''
 from tercet.hookspecs import hookimpl
 from tercet.plugins.incremental_detokenizer import IncrementalDetokenizer

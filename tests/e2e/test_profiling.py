@@ -4,10 +4,7 @@ import re
 import time
 
 import httpx
-import pytest
 from running_server import TINY_SETTINGS
-
-pytestmark = pytest.mark.e2e
 
 
 def test_each_process_logs_its_stage_times(start_server, tiny_llama_dir):

@@ -15,10 +15,7 @@ import sys
 import time
 
 import psutil
-import pytest
 from running_server import TINY_SETTINGS, RunningServer
-
-pytestmark = pytest.mark.e2e
 
 
 def runtime_dir_of(server: RunningServer) -> str:

@@ -25,7 +25,7 @@ import psutil
 import pytest
 from running_server import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
 
-pytestmark = [pytest.mark.e2e, pytest.mark.soak]
+pytestmark = pytest.mark.soak
 
 SOAK_SECONDS = float(os.environ.get("TERCET_SOAK_SECONDS", "20"))
 SOAK_CLIENTS = int(os.environ.get("TERCET_SOAK_CLIENTS", "200"))

@@ -13,8 +13,6 @@ import time
 import httpx
 import pytest
 
-pytestmark = pytest.mark.e2e
-
 # The target is under 1 s; the bound leaves room for a busy 2-core machine.
 # Without the fix the API froze for the whole tokenization (19 s in the issue).
 MAX_HEALTH_SECONDS = 3.0

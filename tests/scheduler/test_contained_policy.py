@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from containment_helpers import greedy, run_to_the_end
 
 from tercet.messages import TokenizedGenerateReq
 from tercet.scheduler.contained_policy import ContainedPolicy, arrival_order
+from tercet.scheduler.policy_views import RequestView
+from tercet.scheduler.req import Req
 
 
 class RaisingPolicy:
@@ -54,7 +57,8 @@ def test_an_order_that_is_not_the_waiting_requests_is_not_used(harness):
 def test_a_raising_preemption_choice_preempts_nothing(harness):
     failures = harness.scheduler.failures
     policy = ContainedPolicy(RaisingPolicy(), "test-plugin", failures)
-    assert policy.choose_preemption_victim(object(), [object()]) is None
+    candidate, running = (Req(rid, [1, 2], greedy(1), index) for index, rid in enumerate(("candidate", "running")))
+    assert policy.choose_preemption_victim(candidate, [running]) is None
     assert failures.as_dict()["by_kind"] == {"scheduling_policy": 1}
 
 
@@ -65,3 +69,37 @@ def test_arrival_order_sorts_by_arrival_index(harness):
     harness.step()
     waiting = harness.scheduler.waiting
     assert [req.rid for req in arrival_order(list(reversed(waiting)))] == ["x", "y"]
+
+
+class RecordingPolicy:
+    """Keeps what it was shown, and tries to change it."""
+
+    def __init__(self):
+        self.seen = []
+
+    def order(self, waiting, view):
+        self.seen.extend([*waiting, *view.running])
+        return list(reversed(waiting))
+
+    def choose_preemption_victim(self, candidate, running):
+        return None
+
+
+def test_a_policy_sees_read_only_views_and_its_order_is_used(harness):
+    recording = RecordingPolicy()
+    contain(harness, recording)
+    for rid in ("first", "second"):
+        harness.send(TokenizedGenerateReq(rid, [4, 5, 6], greedy(2)))
+    harness.scheduler.is_paused = True
+    harness.step()  # both arrive and wait
+    waiting = list(harness.scheduler.waiting)
+    ordered = harness.scheduler.policy.order(waiting, harness.scheduler.policy.scheduler_view([], None))
+    assert [req.rid for req in ordered] == ["second", "first"]  # the policy's order, as the scheduler's requests
+    view = recording.seen[0]
+    assert isinstance(view, RequestView) and view.input_ids == (4, 5, 6) and view.output_ids == ()
+    with pytest.raises(AttributeError):
+        view.priority = 5
+    with pytest.raises(AttributeError):
+        view.input_ids.append(7)
+    # One view per request, kept while the request lives.
+    assert harness.scheduler.policy.view_of(waiting[0]) is harness.scheduler.policy.view_of(waiting[0])

@@ -1,0 +1,120 @@
+"""The table of component kinds: every kind of replaceable part, one entry each.
+
+An entry names the register hook (its hookspec is made from the entry, with
+the entry's text as its documentation), the kind as users see it, the
+attribute of :class:`tercet.plugin_manager.PluginRegistries` that holds the
+registrations, the config key that chooses one (``None`` where every
+registration is used, as for message types) and what a registered factory
+is called with and must return. Adding a kind is adding an entry here, plus
+the config key's field where the entry names one; the hookspec, the registry,
+the check of the configured name at start-up and ``tercet plugins`` follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ComponentKind:
+    hook: str
+    kind: str
+    registry: str
+    # (section, key) of the config value naming the implementation to use.
+    config_key: tuple[str, str] | None
+    # The hook's documentation: what register() takes and what the factory must return.
+    doc: str
+
+
+COMPONENT_KINDS: tuple[ComponentKind, ...] = (
+    ComponentKind(
+        hook="register_serializers",
+        kind="serializer",
+        registry="serializers",
+        config_key=("ipc", "serializer"),
+        doc="""Register message serializers, chosen by ``[ipc] serializer``.
+
+    ``register(name, factory)`` where ``factory(message_registry)`` returns an
+    object with ``encode(message) -> bytes`` and ``decode(bytes) -> message``.
+    A serializer must only ever produce instances of types in the registry:
+    an unknown tag is an error, never an arbitrary object.
+    """,
+    ),
+    ComponentKind(
+        hook="register_transports",
+        kind="transport",
+        registry="transports",
+        config_key=("ipc", "transport"),
+        doc="""Register IPC transports, chosen by ``[ipc] transport``.
+
+    ``register(name, factory)`` where ``factory(ipc_config)`` returns an object
+    with ``endpoint(name: str, runtime_dir: str) -> str``: the ZeroMQ address
+    for the named edge (for example ``ipc://…`` or ``tcp://host:port``).
+    Endpoints are named once, in :class:`tercet.port_args.PortArgs`, before
+    any process starts.
+    """,
+    ),
+    ComponentKind(
+        hook="register_scheduling_policies",
+        kind="scheduling policy",
+        registry="scheduling_policies",
+        config_key=("scheduler", "policy"),
+        doc="""Register scheduling policies, chosen by ``[scheduler] policy``.
+
+    ``register(name, factory)`` where ``factory(config)`` takes the resolved
+    :class:`tercet.config.TercetConfig` (a policy reads its own options from
+    ``config.plugins[<name>]``) and returns a
+    :class:`tercet.scheduler.policy.SchedulingPolicy`: ``order(waiting, view)``
+    gives the waiting requests in the order to try admitting them (the
+    scheduler admits in that order while KV memory, the batch cap and the
+    step's prefill budget allow), and ``choose_preemption_victim(candidate,
+    running)`` may name a running request to send back to the queue. A policy
+    that raises, or answers something else, is bypassed for that step (arrival
+    order, no preemption), and the failure is counted against its plugin.
+    """,
+    ),
+    ComponentKind(
+        hook="register_detokenizers",
+        kind="detokenizer",
+        registry="detokenizers",
+        config_key=("detokenizer", "strategy"),
+        doc="""Register detokenization strategies, chosen by ``[detokenizer] strategy``.
+
+    ``register(name, factory)`` where ``factory(tokenizer)`` returns an object
+    with ``start(rid, skip_special_tokens)``, ``append(rid, token_ids) -> str``
+    (the new, complete text since the previous call) and ``finish(rid) -> str``
+    (any text held back, flushed; the strategy then drops the request's state).
+    ``finish`` is called for every request that was started, aborted ones
+    included. A call that raises ends that request alone, with an internal error.
+    """,
+    ),
+    ComponentKind(
+        hook="register_attention_backends",
+        kind="attention backend",
+        registry="attention_backends",
+        config_key=("attention", "backend"),
+        doc="""Register attention backends, chosen by ``[attention] backend``.
+
+    ``register(name, factory)`` where ``factory(layout)`` takes a
+    :class:`tercet.model.attention.AttentionLayout` and returns a
+    :class:`tercet.model.attention.AttentionBackend`: attention of a whole
+    batch over the paged KV cache, one call per layer per step.
+    """,
+    ),
+    ComponentKind(
+        hook="register_message_types",
+        kind="message type",
+        registry="message_types",
+        config_key=None,
+        doc="""Register IPC message types under stable tags.
+
+    ``register(tag, cls)`` where ``cls`` is a dataclass. Tags are part of the
+    wire format: never reuse or change one. Only registered types cross a
+    process boundary, and each received message is checked against its
+    class's field annotations before any handler sees it.
+    """,
+    ),
+)
+
+KINDS_BY_HOOK = {kind.hook: kind for kind in COMPONENT_KINDS}
+KINDS_BY_REGISTRY = {kind.registry: kind for kind in COMPONENT_KINDS}

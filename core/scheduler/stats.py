@@ -1,0 +1,54 @@
+"""What a scheduler rank tells about itself: a read-only snapshot for control handlers.
+
+Plugins' scheduler-side message handlers receive this, not the Scheduler:
+the scheduler's queues and KV bookkeeping have one owner, and a handler that
+could reach them could break them. ``GET /get_server_info`` reports the same
+figures for every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    rank: int
+    num_running_requests: int
+    # Completions waiting to be admitted (the n of a request each count).
+    num_waiting_requests: int
+    page_size: int
+    # KV pages not free (held by requests or by the prefix cache), and all pages, in tokens.
+    kv_used_tokens: int
+    kv_total_tokens: int
+    # Tokens of the pages the prefix cache holds (0 with the cache off).
+    prefix_cache_tokens: int
+    # Prompt tokens of requests at their first admission, and how many came from the prefix cache.
+    prompt_tokens_admitted: int
+    prompt_tokens_from_cache: int
+    num_retractions: int
+    is_paused: bool
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_used_tokens / self.kv_total_tokens if self.kv_total_tokens else 0.0
+
+    @classmethod
+    def of(cls, scheduler) -> "SchedulerStats":
+        memory = scheduler.kv_memory
+        page_size = memory.page_size
+        allocator = memory.page_allocator
+        cache = scheduler.prefix_cache
+        return cls(
+            rank=scheduler.rank,
+            num_running_requests=len(scheduler.running),
+            num_waiting_requests=sum(len(leader.group) for leader in scheduler.waiting),
+            page_size=page_size,
+            kv_used_tokens=(allocator.num_total - allocator.num_free) * page_size,
+            kv_total_tokens=memory.capacity_tokens,
+            prefix_cache_tokens=cache.num_cached_pages * page_size if cache else 0,
+            prompt_tokens_admitted=scheduler.num_prompt_tokens_admitted,
+            prompt_tokens_from_cache=scheduler.num_prompt_tokens_from_cache,
+            num_retractions=scheduler.num_retractions,
+            is_paused=scheduler.is_paused,
+        )
