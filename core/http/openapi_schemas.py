@@ -1,0 +1,238 @@
+"""The schemas of ``GET /openapi.json``: request bodies, errors, and the helpers that build them.
+
+Every range comes from the limits the parsers enforce (the ranges of
+:data:`tercet.sampling_params.FIELD_RANGES` and the parsers' own constants),
+so the document and the server cannot disagree. :mod:`tercet.http.openapi`
+puts them into the document.
+"""
+
+from __future__ import annotations
+
+from tercet.http.chat_messages import CHAT_ROLES
+from tercet.http.native_request import LOGPROB_START_LEN
+from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
+from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
+from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID, IntRange, NumberRange
+
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
+# Fields whose maximum build_document(max_tokens_limit=...) lowers.
+TOKEN_COUNT_FIELDS = ("max_new_tokens", "min_new_tokens")
+
+
+# -- schema helpers -------------------------------------------------------------
+
+
+def ranged(
+    value_range: IntRange | NumberRange, vocab_size: int | None = None, cap: int | None = None, **extra
+) -> dict:
+    """The schema of a parser's range; ``cap`` lowers its maximum."""
+    if isinstance(value_range, IntRange):
+        schema = {"type": "integer", "minimum": value_range.minimum, "maximum": value_range.maximum_for(vocab_size)}
+    else:
+        schema = {"type": "number", "minimum": value_range.minimum, "maximum": value_range.maximum}
+        if value_range.exclusive_minimum:
+            schema["exclusiveMinimum"] = True  # OpenAPI 3.0 spelling: a flag on minimum
+    if cap is not None:
+        schema["maximum"] = min(schema["maximum"], cap)
+    return {**schema, **extra}
+
+
+def nullable(schema: dict) -> dict:
+    # A JSON null means "the default" on every optional field.
+    return {**schema, "nullable": True}
+
+
+def object_schema(properties: dict, required: tuple[str, ...] = (), additional: bool = True, **extra) -> dict:
+    schema = {"type": "object", "properties": properties, **extra}
+    if required:
+        schema["required"] = list(required)
+    if not additional:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def _token_ids(vocab_size: int | None, min_items: int = 0) -> dict:
+    token_id = ranged(TOKEN_ID, vocab_size, description="a token id, below the vocabulary size")
+    schema = {"type": "array", "items": token_id}
+    if min_items:
+        schema["minItems"] = min_items
+    return schema
+
+
+# -- the sampling parameters (docs/api.md "Sampling parameters") ---------------
+
+
+def _stop() -> dict:
+    text = {"type": "string", "minLength": 1}
+    return {"oneOf": [text, {"type": "array", "items": text, "maxItems": MAX_STOP_STRINGS}]}
+
+
+def _logit_bias() -> dict:
+    return {
+        "type": "object",
+        "description": "token id (a string of digits) -> bias added to its logit",
+        "additionalProperties": ranged(FIELD_RANGES["logit_bias"]),
+    }
+
+
+def _sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> dict:
+    """The fields shared by every route, by their ``/generate`` names (tercet's own)."""
+
+    def sampling_field(name: str, **extra) -> dict:
+        cap = max_tokens_limit if name in TOKEN_COUNT_FIELDS else None
+        return ranged(FIELD_RANGES[name], vocab_size, cap, **extra)
+
+    return {
+        "max_new_tokens": sampling_field("max_new_tokens"),
+        "min_new_tokens": sampling_field("min_new_tokens", description="at most max tokens"),
+        "temperature": sampling_field("temperature", description="0: greedy"),
+        "top_p": sampling_field("top_p"),
+        "top_k": sampling_field("top_k", description="-1 or 0: no top-k filtering; at most the vocabulary size"),
+        "min_p": sampling_field("min_p"),
+        "frequency_penalty": sampling_field("frequency_penalty"),
+        "presence_penalty": sampling_field("presence_penalty"),
+        "repetition_penalty": sampling_field("repetition_penalty"),
+        "seed": sampling_field("seed"),
+        "stop": _stop(),
+        "stop_token_ids": _token_ids(vocab_size),
+        "ignore_eos": {"type": "boolean"},
+        "skip_special_tokens": {"type": "boolean"},
+        "no_stop_trim": {"type": "boolean"},
+        "logit_bias": _logit_bias(),
+        "n": sampling_field("n"),
+    }
+
+
+# The OpenAI routes' names for the sampling fields whose names differ.
+OPENAI_NAMES = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+
+
+def _openai_sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> dict:
+    fields = _sampling_fields(max_tokens_limit, vocab_size)
+    return {OPENAI_NAMES.get(name, name): nullable(schema) for name, schema in fields.items()}
+
+
+def _scheduling_fields() -> dict:
+    return {
+        "priority": nullable(ranged(PRIORITY, description="for the priority scheduling policy")),
+        "user": nullable({"type": "string", "maxLength": MAX_TENANT_LENGTH, "description": "the tenant"}),
+    }
+
+
+def _stream_fields() -> dict:
+    return {
+        "stream": nullable({"type": "boolean"}),
+        "stream_options": nullable(
+            object_schema(
+                {"include_usage": nullable({"type": "boolean"})},
+                description="ignored unless stream is true",
+            )
+        ),
+    }
+
+
+def _top_logprobs() -> dict:
+    return ranged(FIELD_RANGES["top_logprobs_num"])
+
+
+# -- request bodies -----------------------------------------------------------------
+
+
+def generate_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+    sampling = {name: nullable(schema) for name, schema in _sampling_fields(max_tokens_limit, vocab_size).items()}
+    sampling.update({
+        "return_logprob": nullable({"type": "boolean"}),
+        "top_logprobs_num": nullable(_top_logprobs()),
+        "return_prompt_logprob": nullable({"type": "boolean"}),
+    })
+    text = {"type": "string", "description": "the prompt; exactly one of text and input_ids is not null"}
+    input_ids = _token_ids(vocab_size, min_items=1)
+    properties = {
+        "text": nullable(text),
+        "input_ids": nullable(input_ids),
+        "sampling_params": nullable(object_schema(sampling, additional=False)),
+        "stream": nullable({"type": "boolean"}),
+        "rid": nullable({"type": "string", "minLength": 1, "description": "must not be in use"}),
+        "return_logprob": nullable({"type": "boolean"}),
+        "top_logprobs_num": nullable(_top_logprobs()),
+        "return_prompt_logprob": nullable({"type": "boolean"}),
+        "logprob_start_len": nullable(ranged(LOGPROB_START_LEN)),
+        "return_text_in_logprobs": nullable({"type": "boolean"}),
+        **_scheduling_fields(),
+    }
+    # Exactly one of them not null: each branch holds one, non-nullable.
+    one_of = [object_schema({"text": text}, required=("text",)), object_schema({"input_ids": input_ids}, required=("input_ids",))]
+    return object_schema(properties, oneOf=one_of)
+
+
+def completion_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+    token_ids = _token_ids(vocab_size, min_items=1)
+    prompt = {
+        "oneOf": [
+            {"type": "string"},
+            token_ids,
+            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"oneOf": [{"type": "string"}, token_ids]}},
+        ]
+    }
+    properties = {
+        "prompt": prompt,
+        "model": nullable({"type": "string", "description": "must be the served model's name"}),
+        **_openai_sampling_fields(max_tokens_limit, vocab_size),
+        "logprobs": nullable(_top_logprobs()),
+        "echo": nullable({"type": "boolean"}),
+        "best_of": nullable(ranged(FIELD_RANGES["n"], description="only equal to n")),
+        "suffix": nullable({"type": "string", "maxLength": 0, "description": "not supported"}),
+        **_stream_fields(),
+        **_scheduling_fields(),
+    }
+    return object_schema(properties, required=("prompt",))
+
+
+def _chat_message() -> dict:
+    text_part = object_schema(
+        {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}, required=("type", "text")
+    )
+    content = {"oneOf": [{"type": "string"}, {"type": "array", "items": text_part}]}
+    # As OpenAI: only an assistant turn (one that called tools, there) may have no content.
+    other_roles = [role for role in (*CHAT_ROLES, "developer") if role != "assistant"]
+    speaking = object_schema(
+        {"role": {"type": "string", "enum": other_roles}, "content": content}, required=("role", "content")
+    )
+    assistant = object_schema(
+        {"role": {"type": "string", "enum": ["assistant"]}, "content": nullable(content)}, required=("role",)
+    )
+    return {"oneOf": [speaking, assistant], "description": "content may be left out or null only on an assistant turn"}
+
+
+def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+    sampling = _openai_sampling_fields(max_tokens_limit, vocab_size)
+    properties = {
+        "messages": {"type": "array", "minItems": 1, "items": _chat_message()},
+        "model": nullable({"type": "string", "description": "must be the served model's name"}),
+        **sampling,
+        "max_completion_tokens": sampling["max_tokens"],
+        "logprobs": nullable({"type": "boolean"}),
+        "top_logprobs": nullable({**_top_logprobs(), "description": "needs logprobs: true"}),
+        **_stream_fields(),
+        **_scheduling_fields(),
+    }
+    for name, reason in UNSUPPORTED_CHAT_FIELDS.items():
+        if name not in properties:
+            properties[name] = {"description": f"not supported: {reason}", "nullable": True}
+    return object_schema(properties, required=("messages",))
+
+
+# -- responses ------------------------------------------------------------------
+
+
+def error_schema() -> dict:
+    detail = object_schema(
+        {
+            "message": {"type": "string"},
+            "type": {"type": "string"},
+            "param": {"type": "string", "nullable": True},
+            "code": {"type": "string", "nullable": True},
+        },
+        required=("message", "type", "param", "code"),
+    )
+    return object_schema({"error": detail}, required=("error",))
