@@ -65,7 +65,7 @@ def run(prefix_cache: bool, prompts, log_dir: Path) -> tuple[float, int, list]:
 def main() -> None:
     from transformers import AutoTokenizer
 
-    from tercet.model.default_model import ensure_default_model
+    from tercet.model.dequantized_reference import ensure_dequantized_default_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=32)
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
     arguments = parser.parse_args()
 
-    tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
+    tokenizer = AutoTokenizer.from_pretrained(ensure_dequantized_default_model())
     prompts = build_prompts(tokenizer, arguments.requests, arguments.system_tokens)
     total_prompt_tokens = sum(len(prompt) for prompt in prompts)
     results = {}

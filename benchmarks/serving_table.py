@@ -7,9 +7,11 @@ synthetic prompts from a seed); only one server runs at a time.
     python benchmarks/serving_table.py --system tercet-fp32 --system tercet-bf16 \\
         --system "llama.cpp-q4_1=/tmp/llamacpp/serve.sh" --json-out /tmp/table.json
 
-A ``--system`` is ``tercet-fp32``, ``tercet-bf16`` or ``NAME=COMMAND``: a
+A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16`` or ``NAME=COMMAND``: a
 shell command that starts a server on ``$PORT`` (its ``-np``/slots from
-``$NP``). The markdown table goes to stdout; progress and server logs to stderr
+``$NP``). The server's whole process tree (its session) is sampled for PSS: once
+when healthy (idle) and every 0.25 s during each load (peak). The markdown
+table goes to stdout; progress and server logs to stderr
 and to files next to ``--json-out``.
 """
 
@@ -22,14 +24,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 
 TERCET_SYSTEMS = {
-    "tercet-fp32": ["--dtype", "float32"],
-    "tercet-bf16": ["--dtype", "bfloat16"],
+    "tercet": [],  # the default: the GGUF's own Q4_1 blocks, bfloat16 activations
+    "tercet-fp32": ["--quantization", "none", "--dtype", "float32"],
+    "tercet-bf16": ["--quantization", "none", "--dtype", "bfloat16"],
 }
 
 
@@ -81,6 +85,43 @@ def stop(process: subprocess.Popen) -> None:
             process.wait()
 
 
+def session_pss(session_id: int) -> int:
+    """Bytes of PSS of every process in the server's session (started with start_new_session)."""
+    import psutil
+
+    total = 0
+    for process in psutil.process_iter():
+        try:
+            if os.getsid(process.pid) == session_id:
+                total += process.memory_full_info().pss
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue  # gone, or not ours to read
+    return total
+
+
+class PeakPss:
+    """Samples a server session's PSS in a thread while a load runs; ``peak`` in bytes."""
+
+    def __init__(self, session_id: int, interval: float = 0.25):
+        self.session_id, self.interval = session_id, interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, session_pss(self.session_id))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakPss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def bench(base_url: str, concurrency: int, num_prompts: int, input_len: int, output_len: int,
           ignore_eos: bool = True) -> dict:
     command = [sys.executable, "-m", "tercet", "bench", "--base-url", base_url, "--concurrency", str(concurrency),
@@ -93,15 +134,17 @@ def bench(base_url: str, concurrency: int, num_prompts: int, input_len: int, out
 
 
 def markdown_table(results: dict[str, dict[int, dict]], concurrencies: list[int]) -> str:
-    header = "| system | " + " | ".join(
-        f"c={c}: out tok/s | c={c}: TTFT p50 ms | c={c}: ITL p50 ms" for c in concurrencies
+    header = "| system | start-up s | idle PSS MiB | " + " | ".join(
+        f"c={c}: out tok/s | c={c}: TTFT p50 ms | c={c}: ITL p50 ms | c={c}: peak PSS MiB" for c in concurrencies
     ) + " |"
-    lines = [header, "|---" * (1 + 3 * len(concurrencies)) + "|"]
+    lines = [header, "|---" * (3 + 4 * len(concurrencies)) + "|"]
     for system, by_concurrency in results.items():
-        cells = []
+        server = by_concurrency["server"]
+        cells = [f"{server['startup_s']:.1f}", f"{server['idle_pss_bytes'] / 2**20:.0f}"]
         for concurrency in concurrencies:
             row = by_concurrency[concurrency]
-            cells += [f"{row['output_tokens_per_s']:.1f}", f"{row['p50_ttft_ms']:.0f}", f"{row['p50_itl_ms']:.1f}"]
+            cells += [f"{row['output_tokens_per_s']:.1f}", f"{row['p50_ttft_ms']:.0f}", f"{row['p50_itl_ms']:.1f}",
+                      f"{row['peak_pss_bytes'] / 2**20:.0f}"]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -126,21 +169,25 @@ def main() -> int:
         base_url = f"http://127.0.0.1:{port}"
         log_path = arguments.json_out.with_name(f"{name}.log")
         print(f"[table] starting {name} (log {log_path})", file=sys.stderr)
+        started = time.monotonic()
         process = start_server(system, port, max(concurrencies), log_path)
         try:
             wait_until_healthy(base_url, process)
-            results[name] = {}
+            results[name] = {"server": {"startup_s": time.monotonic() - started,
+                                        "idle_pss_bytes": session_pss(process.pid)}}
             for concurrency in concurrencies:
                 num_prompts = max(8, arguments.prompts_per_slot * concurrency)
                 print(f"[table] {name}: concurrency {concurrency}, {num_prompts} requests", file=sys.stderr)
-                results[name][concurrency] = bench(
-                    base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len,
-                    ignore_eos=name not in arguments.no_ignore_eos,
-                )
+                with PeakPss(process.pid) as pss:
+                    results[name][concurrency] = bench(
+                        base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len,
+                        ignore_eos=name not in arguments.no_ignore_eos,
+                    )
                 row = results[name][concurrency]
+                row["peak_pss_bytes"] = pss.peak
                 print(f"[table] {name} c={concurrency}: {row['output_tokens_per_s']:.1f} out tok/s, "
                       f"ITL p50 {row['p50_itl_ms']:.1f} ms, {row['total_output_tokens']} output tokens, "
-                      f"failed {row['failed']}", file=sys.stderr)
+                      f"failed {row['failed']}, peak PSS {pss.peak / 2**20:.0f} MiB", file=sys.stderr)
                 arguments.json_out.write_text(json.dumps(results, indent=2))
         finally:
             stop(process)

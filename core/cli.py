@@ -15,7 +15,11 @@ from tercet.errors import TercetError
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML config file (also $TERCET_CONFIG)")
-    parser.add_argument("--model", metavar="PATH", help="Hugging Face Llama-family checkpoint directory")
+    parser.add_argument("--model", metavar="PATH", help="Hugging Face Llama-family checkpoint directory or .gguf file")
+    parser.add_argument(
+        "--quantization", metavar="METHOD",
+        help="linear method: auto (the checkpoint's own format), none (dense), int8, q4_0, q4_1, q8_0",
+    )
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
@@ -34,6 +38,7 @@ def config_from_arguments(arguments: argparse.Namespace):
     direct = {
         ("model", "path"): arguments.model,
         ("model", "dtype"): arguments.dtype,
+        ("model", "quantization"): arguments.quantization,
         ("model", "served_model_name"): arguments.served_model_name,
         ("server", "host"): arguments.host,
         ("server", "port"): arguments.port,
@@ -93,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             plugin_manager = create_plugin_manager(disabled=config.disabled_plugins)
             check_plugin_choices(config, PluginRegistries.from_plugin_manager(plugin_manager))
             print(config_as_toml(config))
+            from tercet.model.default_model import resolve_model_path
+            from tercet.weight_formats import describe_weights
+
+            print(describe_weights(resolve_model_path(config.model.path), config.model.quantization))
             return 0
         if arguments.command == "plugins":
             from tercet.plugin_listing import describe_plugins, format_plugins

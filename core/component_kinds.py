@@ -24,6 +24,9 @@ class ComponentKind:
     config_key: tuple[str, str] | None
     # The hook's documentation: what register() takes and what the factory must return.
     doc: str
+    # Values of the config key that name no registration (``"auto"``): the
+    # component resolves them itself; ``registries.chosen`` answers None.
+    extra_choices: tuple[str, ...] = ()
 
 
 COMPONENT_KINDS: tuple[ComponentKind, ...] = (
@@ -99,6 +102,23 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     :class:`tercet.model.attention.AttentionLayout` and returns a
     :class:`tercet.model.attention.AttentionBackend`: attention of a whole
     batch over the paged KV cache, one call per layer per step.
+    """,
+    ),
+    ComponentKind(
+        hook="register_linear_methods",
+        kind="linear method",
+        registry="linear_methods",
+        config_key=("model", "quantization"),
+        extra_choices=("auto", "none"),
+        doc="""Register linear methods, chosen by ``[model] quantization``.
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.model.linear_method.LinearMethod`: how a checkpoint's tensor
+    becomes a linear layer's weights, and how that layer's forward runs.
+    ``quantization = "auto"`` serves each tensor in the format it was shipped
+    in (a GGUF's Q4_1 tensors with ``q4_1``, dense tensors with ``dense``);
+    ``"none"`` is ``dense`` for every layer; any other value names the method
+    used for every linear layer.
     """,
     ),
     ComponentKind(

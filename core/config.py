@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tercet.component_kinds import COMPONENT_KINDS
+from tercet.byte_size import parse_byte_size
 from tercet.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -40,10 +41,25 @@ DTYPE_NAMES = ("float32", "bfloat16")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str | None = None  # None: the built-in default model
+    # A Hugging Face checkpoint directory or a .gguf file; None: the built-in default model.
+    path: str | None = None
+    # Activations' (and the KV cache's) dtype. auto: bfloat16 on CUDA or when
+    # any weight is quantized (the quantized kernels run in bfloat16), else float32.
     dtype: str = _choice("auto", "auto", *DTYPE_NAMES)
-    served_model_name: str | None = None  # None: the model directory's name
+    served_model_name: str | None = None  # None: the model's name (its directory, or its GGUF file's stem)
     device: str = _choice("auto", "auto", "cpu", "cuda")
+    # The linear method of every linear layer (a registered name: dense, int8,
+    # q4_0, q4_1, q8_0, …), or "auto" (each tensor in the format it was shipped
+    # in) or "none" (dense, dequantizing a GGUF).
+    quantization: str = "auto"
+    # Bytes for the KV pool (an integer or a size such as "512MiB"); the pool
+    # holds as many tokens as fit. cache.max_total_tokens, when set, wins.
+    kv_cache_memory: str = field(default="192MiB", metadata={"byte_size": True})
+    # On CPU, a quantized linear layer fed this many rows (tokens in one step)
+    # or more runs on a bfloat16 copy of its weights kept beside its codes:
+    # torch's weight-only kernels lose to dense bfloat16 from 8 rows on. 0: no
+    # copy (2 bytes a weight less), the quantized kernels at every batch size.
+    dense_from_rows: int = _at_least(8, 0)
 
 
 @dataclass(frozen=True)
@@ -89,7 +105,8 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class CacheConfig:
-    max_total_tokens: int = _at_least(32768, 16)
+    # Tokens in the KV pool; None: as many as model.kv_cache_memory holds.
+    max_total_tokens: int | None = _at_least(None, 16)
     page_size: int = _at_least(16, 1)
     # Share the KV of common prompt prefixes between requests (a radix tree of pages).
     prefix_cache: bool = True
@@ -360,6 +377,11 @@ def _checked(declared: dataclasses.Field, section: str, key: str, value: Any, or
         return None
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
+    if declared.metadata.get("byte_size"):
+        # An integer of bytes or a size string; kept as written, checked here.
+        value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        if isinstance(value, str):
+            parse_byte_size(value, f"{origin}: {name}")
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigError(f"{origin}: {name} must be {TYPE_NAMES[kind]}, got {value!r}")
     choices = declared.metadata.get("choices")

@@ -30,12 +30,12 @@ logger = logging.getLogger("tercet.launch")
 
 
 def resolve_model(config: TercetConfig) -> TercetConfig:
-    """Fix the model directory (converting the default model once) and the served name."""
-    from tercet.model.default_model import resolve_model_path
+    """Fix the checkpoint (the default model's GGUF when none is given) and the served name."""
+    from tercet.model.default_model import model_name_of, resolve_model_path
 
     model_path = resolve_model_path(config.model.path)
     return config.replace(
-        "model", path=str(model_path), served_model_name=config.model.served_model_name or model_path.name
+        "model", path=str(model_path), served_model_name=config.model.served_model_name or model_name_of(model_path)
     )
 
 

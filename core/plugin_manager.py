@@ -207,9 +207,18 @@ class PluginRegistries:
             raise AttributeError(name) from None
 
     def chosen(self, registry: str, config) -> Any:
-        """The implementation the config names for a kind with a config key."""
-        section, key = KINDS_BY_REGISTRY[registry].config_key
-        return self.by_name[registry].get(getattr(getattr(config, section), key))
+        """The implementation the config names for a kind with a config key
+        (None for one of the kind's ``extra_choices``, which name no registration)."""
+        kind = KINDS_BY_REGISTRY[registry]
+        section, key = kind.config_key
+        name = getattr(getattr(config, section), key)
+        if name in kind.extra_choices:
+            return None
+        known = self.by_name[registry]
+        if name not in known.entries and kind.extra_choices:
+            available = ", ".join([*kind.extra_choices, *known.names()])
+            raise ConfigError(f"unknown {kind.kind} {name!r} ({section}.{key}); available: {available}")
+        return known.get(name)
 
 
 def message_handlers(plugin_manager: pluggy.PluginManager, component: str) -> list[tuple[type, Callable]]:

@@ -1,5 +1,9 @@
-"""Loading the model's tokenizer (transformers supplies tokenizer and chat template),
-and the bound its vocabulary puts on a prompt's length in tokens.
+"""Loading the model's tokenizer, and the bound its vocabulary puts on a prompt's length in tokens.
+
+:func:`load_tokenizer` reads a Hugging Face checkpoint directory or a GGUF
+file into a :class:`~tercet.tercet_tokenizer.TercetTokenizer`, with the
+tokenizers library and Jinja2 only: the API and detokenizer processes load it,
+and must not import torch (nor transformers, which imports it).
 
 Each token of a prompt stands for at most ``max_bytes_per_token`` of its UTF-8
 bytes, so a prompt of B bytes is at least ceil(B / max_bytes_per_token) tokens:
@@ -14,6 +18,13 @@ measured by tokenizing them.
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tercet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tercet.tercet_tokenizer import TercetTokenizer
 
 # Pre-tokenizers that split the text without dropping any of it.
 LOSSLESS_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Digits", "Split", "Punctuation", "UnicodeScripts"}
@@ -21,10 +32,18 @@ LOSSLESS_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Digits", "Split", "Punctua
 MAX_BYTES_PER_CHARACTER = 4
 
 
-def load_tokenizer(model_path: str):
-    from transformers import AutoTokenizer
+def load_tokenizer(model_path: str) -> TercetTokenizer:
+    """The tokenizer of a checkpoint directory or of a ``.gguf`` file."""
+    path = Path(model_path).expanduser()
+    if path.is_dir():
+        from tercet.tokenizer_directory import tokenizer_from_directory
 
-    return AutoTokenizer.from_pretrained(model_path)
+        return tokenizer_from_directory(path, str(model_path))
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from tercet.gguf_tokenizer import tokenizer_from_gguf
+
+        return tokenizer_from_gguf(path, str(model_path))
+    raise ConfigError(f"no tokenizer at {str(model_path)!r}: expected a checkpoint directory or a .gguf file")
 
 
 def max_bytes_per_token(tokenizer) -> int | None:

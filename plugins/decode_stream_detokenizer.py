@@ -69,7 +69,7 @@ class DecodeStreamDetokenizer:
 
 def _backend_of(tokenizer):
     """The Rust ``tokenizers.Tokenizer`` that DecodeStream steps: the one
-    behind a transformers fast tokenizer, or the tokenizer itself."""
+    behind tercet's tokenizer (or a transformers fast one), or the tokenizer itself."""
     from tokenizers import Tokenizer
 
     if isinstance(tokenizer, Tokenizer):

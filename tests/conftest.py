@@ -22,9 +22,9 @@ TINY_LLAMA_SHAPE = dict(
 
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
-    from tercet.model.default_model import ensure_default_model
+    from tercet.model.dequantized_reference import ensure_dequantized_default_model
 
-    return ensure_default_model()
+    return ensure_dequantized_default_model()
 
 
 @pytest.fixture(scope="session")

@@ -122,9 +122,9 @@ def stream_request(harness, rid, token_ids, chunk_sizes, params, finish=FinishRe
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_dir):
-    from transformers import AutoTokenizer
+    from tercet.tokenizer import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(default_model_dir)
+    return load_tokenizer(str(default_model_dir))
 
 
 @pytest.fixture(scope="module", params=STRATEGIES)

@@ -148,8 +148,9 @@ def test_every_component_kind_has_a_documented_hook_a_registry_and_a_config_key(
         assert getattr(registries, kind.registry).kind == kind.kind
         if kind.config_key is not None:
             section, key = kind.config_key
-            # The default names a built-in implementation.
-            assert getattr(getattr(config, section), key) in getattr(registries, kind.registry).names()
+            # The default names a built-in implementation, or one of the kind's own choices.
+            default = getattr(getattr(config, section), key)
+            assert default in getattr(registries, kind.registry).names() or default in kind.extra_choices
 
 
 class DeclaringPlugin:
@@ -184,3 +185,12 @@ def test_the_public_api_lists_what_it_exports():
     assert sorted(plugin_api.__all__) == plugin_api.__all__
     for name in plugin_api.__all__:
         assert hasattr(plugin_api, name), name
+
+
+def test_a_kinds_own_choices_name_no_registration_and_are_listed_when_a_name_is_unknown():
+    from tercet.config import TercetConfig
+
+    registries = PluginRegistries.from_plugin_manager(create_plugin_manager())
+    assert registries.chosen("linear_methods", TercetConfig()) is None  # "auto"
+    with pytest.raises(ConfigError, match=r"unknown linear method 'q3' \(model.quantization\); available: auto, none, dense"):
+        registries.chosen("linear_methods", TercetConfig().replace("model", quantization="q3"))

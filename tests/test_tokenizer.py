@@ -7,8 +7,8 @@ import random
 
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
+from tercet.tercet_tokenizer import TercetTokenizer
 from tercet.tokenizer import load_tokenizer, max_bytes_per_token
 
 
@@ -34,8 +34,8 @@ def test_smollm2s_longest_token_bounds_every_prompt(smollm2_tokenizer):
         assert num_tokens >= math.ceil(len(text.encode()) / bound), text
 
 
-def wrap(backend: Tokenizer) -> PreTrainedTokenizerFast:
-    return PreTrainedTokenizerFast(tokenizer_object=backend)
+def wrap(backend: Tokenizer) -> TercetTokenizer:
+    return TercetTokenizer(backend, name_or_path="synthetic")
 
 
 def bpe(**options) -> Tokenizer:

@@ -73,8 +73,10 @@ def _run_both(model_path, dtype, batch_size, input_len, output_len, seed, with_t
     import transformers
 
     from tercet.model.default_model import resolve_model_path
+    from tercet.model.dequantized_reference import ensure_dequantized_default_model
 
-    path = resolve_model_path(model_path)
+    # transformers runs the same weights: the default model as its dequantized checkpoint.
+    path = resolve_model_path(model_path) if model_path is not None else ensure_dequantized_default_model()
     prompts = synthetic_prompts(path, batch_size, input_len, seed)
     warmup_prompts = synthetic_prompts(path, batch_size, input_len, seed + 1)
     result = {

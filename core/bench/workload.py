@@ -38,16 +38,15 @@ class BenchRequest:
 
 
 def load_tokenizer(path: str | Path | None):
-    """The tokenizer in ``path``; without one, the default model's (converting it on first use)."""
-    from transformers import AutoTokenizer
+    """The tokenizer of ``path`` (a checkpoint directory or a .gguf file); without one, the default model's."""
+    from tercet.errors import ConfigError
+    from tercet.model.default_model import find_default_gguf
+    from tercet.tokenizer import load_tokenizer as load_served_tokenizer
 
-    from tercet.model.default_model import ensure_default_model
-
-    directory = ensure_default_model() if path is None else path
     try:
-        return AutoTokenizer.from_pretrained(str(directory))
-    except (OSError, ValueError) as error:
-        raise BenchError(f"cannot load a tokenizer from {str(directory)!r}: {error}") from None
+        return load_served_tokenizer(str(find_default_gguf() if path is None else path))
+    except (ConfigError, OSError, ValueError) as error:
+        raise BenchError(f"cannot load a tokenizer from {str(path)!r}: {error}") from None
 
 
 def ordinary_token_ids(tokenizer) -> list[int]:

@@ -12,25 +12,12 @@ import math
 import re
 import weakref
 
+from tercet.byte_level import BYTE_LEVEL_ALPHABET
 from tercet.messages import TokenLogprobs
 
 # JSON has no -Infinity; a token the model rules out entirely gets this instead.
 LOWEST_LOGPROB = -9999.0
 SENTENCEPIECE_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-
-def byte_level_alphabet() -> dict[str, int]:
-    """The character byte-level BPE uses for each byte value, inverted (character -> byte)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars_by_byte = {byte: chr(byte) for byte in printable}
-    # The other bytes (controls, space, a few Latin-1 gaps) are moved past 255, in order.
-    shifted = (byte for byte in range(256) if byte not in chars_by_byte)
-    for offset, byte in enumerate(shifted):
-        chars_by_byte[byte] = chr(256 + offset)
-    return {char: byte for byte, char in chars_by_byte.items()}
-
-
-BYTE_LEVEL_ALPHABET = byte_level_alphabet()
 
 
 class TokenStrings:

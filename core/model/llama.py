@@ -145,8 +145,9 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     """``forward(batch)`` returns float32 logits ``[B, vocab]`` of each sequence's last new token.
 
-    Parameters are created uninitialised on ``device`` in ``dtype``; load a
-    checkpoint with :func:`tercet.model.weights.load_weights`, then
+    Parameters are created uninitialised on ``device`` in ``dtype`` (linear
+    layers as placeholders); load a checkpoint with
+    :func:`tercet.model.weights.load_weights`, then
     :meth:`attach` the attention backend and KV cache before the first forward.
     ``max_positions`` bounds the rotary tables when the context is capped below
     the config's ``max_position_embeddings``.
@@ -158,14 +159,17 @@ class LlamaForCausalLM(nn.Module):
         self.dtype = dtype
         self.device = torch.device(device)
         # Build on the meta device so no time goes into random initialisation
-        # of weights the checkpoint overwrites anyway.
+        # of weights the checkpoint overwrites anyway. Linear layers stay
+        # there as placeholders: loading replaces each with the layer its
+        # linear method makes (tercet.model.weights), so no full-precision
+        # copy of a quantized weight is ever allocated.
         with torch.device("meta"):
             self.model = LlamaModel(self.shape)
             self.lm_head = nn.Linear(self.shape.hidden_size, self.shape.vocab_size, bias=False)
             self.to(dtype)
-        self.to_empty(device=self.device)
-        if self.shape.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        for module in self.modules():
+            if not isinstance(module, nn.Linear):
+                module.to_empty(device=self.device, recurse=False)
         self.rotary = RotaryEmbedding(
             RopeSettings.from_config(config),
             self.shape.head_dim,

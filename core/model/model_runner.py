@@ -7,21 +7,24 @@ scheduler owns which requests run and which pages each holds.
 
 from __future__ import annotations
 
-import json
+import ctypes
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
+from tercet.byte_size import format_byte_size, parse_byte_size
 from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig, SchedulerConfig
 from tercet.errors import ConfigError
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
-from tercet.model.cpu_packed_linear import can_pack, pack_linear_layers
-from tercet.model.weights import load_weights
+from tercet.model.checkpoint import Checkpoint, open_checkpoint
+from tercet.model.linear_method import LinearMethod
+from tercet.model.weights import LinearMethodChoice, LoadReport, load_weights
+from tercet.weight_formats import BLOCK_FORMATS
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -37,9 +40,12 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(dtype: str, device: torch.device, quantized: bool = False) -> torch.dtype:
+    """``auto``: bfloat16 on CUDA, and on CPU when weights are quantized (torch's
+    weight-only CPU kernels are many times slower with float32 activations);
+    float32 otherwise, the precision that matches transformers token for token."""
     if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return torch.bfloat16 if device.type == "cuda" or quantized else torch.float32
     try:
         return DTYPES[dtype]
     except KeyError:
@@ -53,32 +59,44 @@ class ModelRunner:
         dtype: str = _MODEL.dtype,
         device: str = _MODEL.device,
         attention_backend_factory: Callable[[AttentionLayout], AttentionBackend] | None = None,
-        max_total_tokens: int = _CACHE.max_total_tokens,
+        max_total_tokens: int | None = _CACHE.max_total_tokens,
         page_size: int = _CACHE.page_size,
         max_running_requests: int = _SCHEDULER.max_running_requests,
+        quantization: str = _MODEL.quantization,
+        kv_cache_memory: str | int = _MODEL.kv_cache_memory,
+        linear_methods: Mapping[str, Callable[[], LinearMethod]] | None = None,
+        dense_from_rows: int = _MODEL.dense_from_rows,
     ):
-        from transformers import AutoConfig
-
         if attention_backend_factory is None:
             raise ConfigError("ModelRunner needs an attention backend factory (see [attention] backend)")
-        self.model_path = Path(model_path)
-        self.config = AutoConfig.from_pretrained(str(self.model_path))
+        self.checkpoint = open_checkpoint(model_path)
+        self.model_path = self.checkpoint.path
+        self.config = self.checkpoint.config
         model_type = getattr(self.config, "model_type", None)
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"model type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
             )
+        self.quantization = quantization
+        self.linear_methods = LinearMethodChoice.from_quantization(
+            quantization, linear_methods if linear_methods is not None else _registered_linear_methods(),
+            dense_from_rows,
+        )
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype = resolve_dtype(dtype, self.device, quantized=_runs_quantized(self.checkpoint, self.linear_methods))
+        shape = LlamaShape.from_config(self.config)
         self.page_size = page_size
+        if max_total_tokens is None:
+            max_total_tokens = kv_tokens_for_budget(
+                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), shape, self.dtype, page_size
+            )
         self.num_pages = math.ceil(max_total_tokens / page_size)
         self.max_total_tokens = self.num_pages * page_size
         # A request can never hold more tokens than the pool, nor more than
         # the model attends over; the slot table and rotary tables need no more.
         self.context_len = min(_max_context_of(self.config), self.max_total_tokens)
 
-        self.model = self.load_model(self.config, self.model_path)
-        shape = self.model.shape
+        self.model, self.load_report = self.load_model(self.checkpoint)
         self.vocab_size = shape.vocab_size
 
         self.kv_cache = PagedKVCache(
@@ -88,32 +106,41 @@ class ModelRunner:
         self.req_to_token_pool = ReqToTokenPool(max_running_requests, self.context_len, self.device)
         self.attention_backend = attention_backend_factory(shape.attention_layout(self.device, self.dtype))
         self.model.attach(self.attention_backend, self.kv_cache)
-        self.eos_token_ids = _eos_token_ids(self.config, self.model_path)
+        self.eos_token_ids = self.checkpoint.eos_token_ids()
 
-    def load_model(self, config, model_path: Path) -> LlamaForCausalLM:
-        model = LlamaForCausalLM(config, self.dtype, self.device, max_positions=self.context_len)
-        load_weights(model, model_path)
+    def load_model(self, checkpoint: Checkpoint) -> tuple[LlamaForCausalLM, LoadReport]:
+        model = LlamaForCausalLM(checkpoint.config, self.dtype, self.device, max_positions=self.context_len)
+        report = load_weights(model, checkpoint, self.linear_methods)
         model.eval().requires_grad_(False)
-        if can_pack(self.device, self.dtype):
-            pack_linear_layers(model)
-        return model
+        return_freed_memory()
+        return model, report
+
+    @property
+    def weights_info(self) -> dict:
+        """What ``/get_server_info`` reports about the weights being served."""
+        return {
+            "quantization": self.quantization,
+            "weight_format": self.load_report.weight_format,
+            "layers_by_method": dict(self.load_report.layers_by_method),
+            "checkpoint_formats": dict(self.checkpoint.tensor_formats),
+            "weight_bytes": self.load_report.weight_bytes,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "kv_cache_bytes": self.kv_cache.num_bytes,
+            "max_total_tokens": self.max_total_tokens,
+        }
 
     def update_weights_from_disk(self, model_path: str | Path) -> None:
         """Serve the weights of another checkpoint of the same shape.
 
         The new weights load into a separate model first, so a bad path or an
         incompatible checkpoint raises and leaves the current weights serving."""
-        from transformers import AutoConfig
-
-        model_path = Path(model_path)
-        if not (model_path / "config.json").is_file():
-            raise ConfigError(f"{model_path} is not a checkpoint directory (no config.json)")
-        config = AutoConfig.from_pretrained(str(model_path))
-        if LlamaShape.from_config(config) != self.model.shape:
+        checkpoint = open_checkpoint(model_path)
+        if LlamaShape.from_config(checkpoint.config) != self.model.shape:
             raise ConfigError(f"{model_path} has a different architecture than the model being served")
-        model = self.load_model(config, model_path)
+        model, report = self.load_model(checkpoint)
         model.attach(self.attention_backend, self.kv_cache)
-        self.model, self.model_path, self.config = model, model_path, config
+        self.model, self.load_report = model, report
+        self.checkpoint, self.model_path, self.config = checkpoint, checkpoint.path, checkpoint.config
 
     def build_batch(
         self, req_pool_indices: list[int], prefix_lens: list[int], new_token_ids: list[list[int]]
@@ -147,17 +174,39 @@ def _max_context_of(config) -> int:
     return context
 
 
-def _eos_token_ids(config, model_path: Path) -> set[int]:
-    eos_token_ids = _as_id_set(getattr(config, "eos_token_id", None))
-    generation_config = model_path / "generation_config.json"
-    if generation_config.is_file():
-        eos_token_ids |= _as_id_set(json.loads(generation_config.read_text()).get("eos_token_id"))
-    return eos_token_ids
+def return_freed_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc only; elsewhere a no-op).
+
+    Loading converts every tensor through short-lived copies; glibc keeps the
+    freed space in its heap, where it counts in the process's memory (about
+    140 MiB for the default model) though nothing uses it."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
-def _as_id_set(value) -> set[int]:
-    if value is None:
-        return set()
-    if isinstance(value, int):
-        return {value}
-    return {int(token_id) for token_id in value}
+def kv_tokens_for_budget(budget_bytes: int, shape: LlamaShape, dtype: torch.dtype, page_size: int) -> int:
+    """The most tokens (whole pages) whose K and V fit in ``budget_bytes``."""
+    bytes_per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * torch.tensor([], dtype=dtype).element_size()
+    pages = budget_bytes // (bytes_per_token * page_size)
+    if pages < 1:
+        raise ConfigError(
+            f"model.kv_cache_memory = {format_byte_size(budget_bytes)} holds no page of KV cache: one page of "
+            f"{page_size} tokens takes {format_byte_size(bytes_per_token * page_size)} with this model in {dtype}"
+        )
+    return pages * page_size
+
+
+def _runs_quantized(checkpoint: Checkpoint, choice: LinearMethodChoice) -> bool:
+    if choice.fixed is not None:
+        return choice.fixed != "dense"
+    return any(name in BLOCK_FORMATS for name in checkpoint.tensor_formats)
+
+
+def _registered_linear_methods() -> dict[str, Callable[[], LinearMethod]]:
+    """The linear methods installed plugins register (for runners built outside a server)."""
+    from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+
+    registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).linear_methods
+    return {name: registry.get(name) for name in registry.names()}

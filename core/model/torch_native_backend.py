@@ -28,6 +28,11 @@ class TorchNativeAttentionBackend(AttentionBackend):
         self.key_slots: torch.Tensor | None = None  # [B * S], row-major over [B, S]
         self.mask: torch.Tensor | None = None  # [B, 1, E, S]
         self.padded_index: torch.Tensor | None = None  # [T] into the flattened [B * E] grid
+        # On CPU the attention arithmetic runs in float32 whatever the model's
+        # dtype: torch's CPU attention kernel is about 19x slower in bfloat16
+        # than in float32 without AMX (decode, batch 32 over 272 keys: 8.2 ms
+        # against 0.43 ms a layer, here), and the casts cost a fraction of that.
+        self.compute_dtype = torch.float32 if layout.device.type == "cpu" else layout.dtype
 
     def prepare(self, batch: ForwardBatch, req_to_token: torch.Tensor) -> None:
         device = req_to_token.device
@@ -65,11 +70,12 @@ class TorchNativeAttentionBackend(AttentionBackend):
         kv_cache.write(layer_id, batch.out_cache_loc, k, v)
         batch_size, max_extend = batch.batch_size, batch.max_extend_len
 
+        compute_dtype = self.compute_dtype
         if self.padded_index is None:
-            padded_q = q.view(batch_size, 1, self.num_heads, self.head_dim)
+            padded_q = q.reshape(batch_size, 1, self.num_heads, self.head_dim).to(compute_dtype)
         else:
-            padded_q = q.new_zeros(batch_size * max_extend, self.num_heads, self.head_dim)
-            padded_q.index_copy_(0, self.padded_index, q)
+            padded_q = q.new_zeros(batch_size * max_extend, self.num_heads, self.head_dim, dtype=compute_dtype)
+            padded_q.index_copy_(0, self.padded_index, q.to(compute_dtype))
             padded_q = padded_q.view(batch_size, max_extend, self.num_heads, self.head_dim)
 
         gathered = (batch_size, -1, self.num_kv_heads, self.head_dim)
@@ -77,13 +83,13 @@ class TorchNativeAttentionBackend(AttentionBackend):
         values = kv_cache.v_buffers[layer_id].index_select(0, self.key_slots).view(gathered)
         out = F.scaled_dot_product_attention(
             padded_q.transpose(1, 2),
-            keys.transpose(1, 2).to(q.dtype),
-            values.transpose(1, 2).to(q.dtype),
+            keys.transpose(1, 2).to(compute_dtype),
+            values.transpose(1, 2).to(compute_dtype),
             attn_mask=self.mask,
             scale=self.layout.scaling,
             enable_gqa=self.num_heads != self.num_kv_heads,
         )  # [B, H, E, D]
-        out = out.transpose(1, 2).reshape(batch_size * max_extend, self.num_heads * self.head_dim)
+        out = out.transpose(1, 2).reshape(batch_size * max_extend, self.num_heads * self.head_dim).to(q.dtype)
         if self.padded_index is None:
             return out
         return out.index_select(0, self.padded_index)

@@ -64,7 +64,12 @@ def internal_state(scheduler) -> dict:
     stats = SchedulerStats.of(scheduler)
     state = dataclasses.asdict(stats)
     del state["page_size"]
-    return {**state, "kv_usage": stats.kv_usage, "contained_failures": scheduler.failures.as_dict()}
+    return {
+        **state,
+        "kv_usage": stats.kv_usage,
+        "contained_failures": scheduler.failures.as_dict(),
+        "weights": scheduler.model_runner.weights_info,
+    }
 
 
 def set_paused(scheduler, paused: bool) -> dict:

@@ -17,6 +17,7 @@ def build_model_runner(context):
     from tercet.model.model_runner import ModelRunner
 
     config = context.config
+    linear_methods = context.registries.linear_methods
     return ModelRunner(
         model_path=config.model.path,
         dtype=config.model.dtype,
@@ -25,6 +26,10 @@ def build_model_runner(context):
         max_total_tokens=config.cache.max_total_tokens,
         page_size=config.cache.page_size,
         max_running_requests=config.scheduler.max_running_requests,
+        quantization=config.model.quantization,
+        kv_cache_memory=config.model.kv_cache_memory,
+        dense_from_rows=config.model.dense_from_rows,
+        linear_methods={name: linear_methods.get(name) for name in linear_methods.names()},
     )
 
 
@@ -39,8 +44,9 @@ def _build(context, port_args, rank, heartbeat):
         context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank, heartbeat=heartbeat
     )
     logging.getLogger(__name__).info(
-        "model loaded: %s (%s on %s), KV cache of %d tokens",
-        config.model.path, model_runner.dtype, model_runner.device, model_runner.page_allocator.num_total * model_runner.page_size,
+        "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens (%s MiB)",
+        config.model.path, model_runner.load_report.weight_format, model_runner.load_report.weight_bytes >> 20,
+        model_runner.dtype, model_runner.device, model_runner.max_total_tokens, model_runner.kv_cache.num_bytes >> 20,
     )
     ready_info = {"context_len": model_runner.context_len}
     return scheduler, ready_info

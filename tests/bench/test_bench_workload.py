@@ -52,8 +52,14 @@ def test_ordinary_vocabulary_leaves_out_special_and_added_tokens(tokenizer):
     assert len(ordinary) == len(tokenizer) - len(set(tokenizer.get_added_vocab().values()) | set(tokenizer.all_special_ids))
 
 
-def test_default_tokenizer_is_the_default_models(default_model_dir):
-    assert load_tokenizer(None).name_or_path == str(default_model_dir)
+def test_default_tokenizer_is_the_default_models_from_its_gguf(default_model_dir):
+    from tercet.model.default_model import find_default_gguf
+
+    default = load_tokenizer(None)
+    assert default.name_or_path == str(find_default_gguf())
+    # The same tokens as the dequantized checkpoint's tokenizer: the prompts do not change.
+    text = "A prompt, with digits 12345 and émoji 🙂."
+    assert default.encode(text) == load_tokenizer(default_model_dir).encode(text)
 
 
 def test_a_directory_without_a_tokenizer_is_a_clear_error(tmp_path):

@@ -61,7 +61,7 @@ def test_tiny_model_echo_logprobs_match_transformers(tiny_server, tiny_llama_dir
 
 @pytest.fixture(scope="module")
 def real_server(start_server, default_model_dir):
-    settings = ["cache.max_total_tokens=8192", "scheduler.max_running_requests=4", "model.dtype=float32"]
+    settings = ["cache.max_total_tokens=8192", "scheduler.max_running_requests=4", "model.quantization=none", "model.dtype=float32"]
     return start_server(None, settings)
 
 

@@ -12,7 +12,9 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def real_server(start_server, default_model_dir):
-    return start_server(None, ["cache.max_total_tokens=8192", "scheduler.max_running_requests=4"])
+    # The float32 dense path: the same weights as transformers runs, dequantized.
+    settings = ["cache.max_total_tokens=8192", "scheduler.max_running_requests=4", "model.quantization=none", "model.dtype=float32"]
+    return start_server(None, settings)
 
 
 @pytest.fixture(scope="module")

@@ -80,9 +80,9 @@ def test_token_strings_are_shared_per_tokenizer():
 
 
 def test_the_real_tokenizer(default_model_dir):
-    from transformers import AutoTokenizer
+    from tercet.tokenizer import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    tokenizer = load_tokenizer(str(default_model_dir))
     strings = TokenStrings(tokenizer)
     assert strings.is_byte_level
     text = " héllo 世界\n"

@@ -58,7 +58,7 @@ def test_a_bfloat16_runner_serves_packed_weights_with_the_same_logits(tiny_llama
     assert isinstance(packed.model.model.layers[0].self_attn.qkv_proj, PackedLinear)
     packed_logits = _prompt_logits(packed, prompt)
 
-    monkeypatch.setattr("tercet.model.model_runner.can_pack", lambda device, dtype: False)
+    monkeypatch.setattr("tercet.model.linear_methods.can_pack", lambda device, dtype: False)
     plain = _bf16_runner(tiny_llama_dir)
     assert isinstance(plain.model.lm_head, nn.Linear)
     assert torch.equal(packed_logits, _prompt_logits(plain, prompt))

@@ -21,9 +21,9 @@ HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[Hea
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_dir):
-    from transformers import AutoTokenizer
+    from tercet.tokenizer import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(default_model_dir)
+    return load_tokenizer(str(default_model_dir))
 
 
 @pytest.fixture(scope="module")

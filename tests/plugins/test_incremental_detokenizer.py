@@ -13,9 +13,9 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_dir):
-    from transformers import AutoTokenizer
+    from tercet.tokenizer import load_tokenizer
 
-    return AutoTokenizer.from_pretrained(default_model_dir)
+    return load_tokenizer(str(default_model_dir))
 
 
 def stream(detokenizer, rid, token_ids, chunk=1):

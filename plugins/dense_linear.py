@@ -1,0 +1,18 @@
+"""The built-in linear method ``dense``: full-precision weights, registered as any third party would.
+
+This module is imported in every process, so torch is only imported when a
+layer is made.
+"""
+
+from tercet.hookspecs import hookimpl
+
+
+def create_dense_method():
+    from tercet.model.linear_methods import DenseLinearMethod
+
+    return DenseLinearMethod()
+
+
+@hookimpl
+def register_linear_methods(register):
+    register("dense", create_dense_method)
