@@ -84,6 +84,9 @@ class ServerConfig:
     shutdown_timeout: float = _at_least(30.0, 0.0)
     # Request bodies larger than this are refused with 413 before they are parsed.
     max_request_body_bytes: int = _at_least(16 * 1024 * 1024, 1024)
+    # Most completions one list-prompt request may ask for, prompts × n: a longer
+    # batch is a 400 (the body size alone would let through tens of thousands).
+    max_prompts_per_request: int = _at_least(256, 1)
     # Seconds between "where the time goes" log lines of each process (receive,
     # schedule, forward, sampling, output, detokenize…); 0 turns profiling off.
     profile_interval: float = _at_least(0.0, 0.0)

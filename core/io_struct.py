@@ -5,6 +5,7 @@ These stay in the main process; they never cross an IPC edge.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tercet.messages import FinishReason, TokenLogprobs
@@ -13,7 +14,13 @@ from tercet.sampling_params import SamplingParams
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One generation: exactly one of ``text`` and ``input_ids`` is set."""
+    """One generation: exactly one of ``text``, ``input_ids`` and ``prompts`` is set.
+
+    ``prompts`` makes it a batch (OpenAI's and SGLang's list prompts): several
+    prompts, all strings or all token-id lists, sharing everything else. Each
+    runs as if sent alone (:meth:`prompt_requests`); their completions are
+    numbered in OpenAI's order, ``index = prompt × n + i``.
+    """
 
     sampling_params: SamplingParams
     text: str | None = None
@@ -24,6 +31,36 @@ class GenerateRequest:
     priority: int = 0
     # Who the request is for, for fair-share scheduling (OpenAI's "user", or a header).
     tenant: str | None = None
+    prompts: list[str] | list[list[int]] | None = None
+    # The body field a batch's prompts came from: an error about one names it ("prompt[3]").
+    prompt_field: str = "prompt"
+
+    @property
+    def is_batch(self) -> bool:
+        return self.prompts is not None
+
+    @property
+    def num_prompts(self) -> int:
+        return 1 if self.prompts is None else len(self.prompts)
+
+    @property
+    def num_completions(self) -> int:
+        return self.num_prompts * self.sampling_params.n
+
+    def prompt_at(self, index: int) -> str | list[int] | None:
+        """Prompt ``index`` as sent: a string or token ids."""
+        if self.prompts is not None:
+            return self.prompts[index]
+        return self.text if self.text is not None else self.input_ids
+
+    def prompt_requests(self) -> list[GenerateRequest]:
+        """One single-prompt request per prompt (this request itself when it is not a batch)."""
+        if self.prompts is None:
+            return [self]
+        return [
+            dataclasses.replace(self, prompts=None, **{"text" if isinstance(prompt, str) else "input_ids": prompt})
+            for prompt in self.prompts
+        ]
 
 
 @dataclass(frozen=True)
@@ -33,9 +70,10 @@ class GenerateOutput:
     When streaming, ``text``, ``token_ids`` and ``output_logprobs`` are the
     delta since the previous piece of the same ``index``; the last piece of each
     index has ``finish_reason`` set. Without streaming, one piece per index
-    carries that completion's whole output. ``index`` counts the n completions
-    of one request (0 when n == 1). ``prompt_logprobs`` and ``prompt_token_ids``
-    come with the first piece of a request that asked for prompt log-probabilities.
+    carries that completion's whole output. ``index`` numbers the request's
+    completions, ``prompt × n + i`` (0 for one prompt and n == 1).
+    ``prompt_logprobs`` and ``prompt_token_ids`` come with the first piece of
+    each prompt of a request that asked for prompt log-probabilities.
     """
 
     rid: str

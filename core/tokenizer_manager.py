@@ -18,7 +18,6 @@ import dataclasses
 import itertools
 import logging
 import os
-import secrets
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,12 +39,12 @@ from tercet.messages import (
     BatchStrOutput,
     ContainedFailureReport,
     FinishReason,
-    TokenizedGenerateReq,
     TokenLogprobs,
     choice_rid,
 )
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
+from tercet.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.stage_timer import stage_timer
 from tercet.tokenizer import max_bytes_per_token
 
@@ -56,8 +55,8 @@ Result = TypeVar("Result")
 
 @dataclass
 class ReqState:
-    """One completion's outputs not yet consumed. The n completions of a
-    request share one event, so their caller wakes for any of them."""
+    """One completion's outputs not yet consumed. The completions of a request
+    (n per prompt) share one event, so their caller wakes for any of them."""
 
     index: int
     event: asyncio.Event
@@ -78,6 +77,7 @@ class TokenizerManager:
         scheduler_config = context.config.scheduler
         # Requests the server holds at once: a full batch plus the waiting queue.
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
+        self.max_prompts_per_request = context.config.server.max_prompts_per_request
         self.load_balance = scheduler_config.load_balance
         serializer = context.create_serializer()
         # Sending never blocks (unbounded queue), so plain sockets serve the event loop.
@@ -168,7 +168,8 @@ class TokenizerManager:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def tokenize(self, request: GenerateRequest) -> list[int]:
-        """The request's prompt tokens. Blocks for as long as tokenizing takes;
+        """The prompt tokens of a single-prompt request, refused if they leave no
+        room for its max_new_tokens. Blocks for as long as tokenizing takes;
         :meth:`generate` runs it off the event loop."""
         max_new_tokens = request.sampling_params.max_new_tokens
         if request.input_ids is not None:
@@ -183,6 +184,7 @@ class TokenizerManager:
             raise RequestError("a prompt is required: text or input_ids", "prompt")
         if not input_ids:
             raise RequestError("the prompt is empty", "prompt")
+        self.check_length(len(input_ids), max_new_tokens)
         return input_ids
 
     def check_prompt_bytes(self, text: str, max_new_tokens: int, param: str) -> None:
@@ -207,6 +209,11 @@ class TokenizerManager:
         if problem is not None:
             raise RequestError(problem, "max_tokens")
 
+    @property
+    def batch_limit(self) -> int:
+        """Most completions a batch may have: prompts × n."""
+        return batch_limit(self.max_prompts_per_request, self.max_requests_in_flight)
+
     def check_capacity(self, num_choices: int) -> None:
         if self.is_draining:
             raise RequestError("the server is shutting down; send the request to another instance", status_code=503)
@@ -218,42 +225,44 @@ class TokenizerManager:
             )
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
-        """Outputs of every completion of the request; see :class:`GenerateOutput`."""
+        """Outputs of every completion of the request; see :class:`GenerateOutput`.
+        A batch's prompts all pass every check before any is sent (:mod:`tercet.prompt_batch`)."""
         sampling_params = request.sampling_params
         sampling_params.validate(self.vocab_size)
-        self.check_capacity(sampling_params.n)  # refuse before the work of tokenizing
-        input_ids = await self.run_off_loop(self.tokenize, request)
-        self.check_length(len(input_ids), sampling_params.max_new_tokens)
+        check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)
+        self.check_capacity(request.num_completions)  # refuse before the work of tokenizing
+        input_ids = await self.run_off_loop(tokenize_prompts, request, self.tokenize)
         # Other requests came in while this one was tokenized. From here to the
         # send nothing awaits, so these checks still hold when it is registered.
-        self.check_capacity(sampling_params.n)
+        self.check_capacity(request.num_completions)
+        n = sampling_params.n
         rid = request.rid or uuid.uuid4().hex
-        rids = [choice_rid(rid, index, sampling_params.n) for index in range(sampling_params.n)]
-        if any(choice in self.rid_to_state for choice in rids):
+        rids = prompt_rids(rid, request)
+        choices = [choice_rid(prompt_rid, index, n) for prompt_rid in rids for index in range(n)]
+        if any(choice in self.rid_to_state for choice in choices):
             raise RequestError(f"request id {rid!r} is already in use", "rid")
-        if sampling_params.seed is None:
-            # Fixed here, so what the scheduler receives fully determines the output.
-            sampling_params = dataclasses.replace(sampling_params, seed=secrets.randbits(63))
-        message = TokenizedGenerateReq(rid, input_ids, sampling_params, request.stream, request.priority, request.tenant)
+        messages = prompt_messages(request, rids, input_ids)
         event = asyncio.Event()
-        states = {choice: ReqState(index, event) for index, choice in enumerate(rids)}
-        rank = self.choose_rank()
-        is_sent = False
+        states = {choice: ReqState(index, event) for index, choice in enumerate(choices)}
+        sent: set[str] = set()  # the completions whose prompt reached a scheduler
         # Registered inside the try that unregisters: a request whose message
         # cannot be encoded, or that fails in any way, must not keep its place
         # of max_requests_in_flight for good.
         try:
             self.rid_to_state.update(states)
-            self.rank_of_rid.update((choice, rank) for choice in rids)
-            self.senders_to_schedulers[rank].send(message)
-            is_sent = True
+            for position, message in enumerate(messages):
+                rank = self.choose_rank()
+                its_choices = choices[position * n:(position + 1) * n]
+                self.rank_of_rid.update((choice, rank) for choice in its_choices)
+                self.senders_to_schedulers[rank].send(message)
+                sent.update(its_choices)
             async for output in self._wait_for_outputs(states, event, request.stream):
                 if output.prompt_logprobs is not None:
-                    output = dataclasses.replace(output, prompt_token_ids=input_ids)
+                    output = dataclasses.replace(output, prompt_token_ids=input_ids[output.index // n])
                 yield output
         finally:
             for choice, state in states.items():
-                if is_sent and not state.finished:
+                if choice in sent and not state.finished:
                     # The caller stopped early (client gone, say): free the scheduler's work.
                     self.abort(choice)
                 self.rid_to_state.pop(choice, None)

@@ -18,6 +18,9 @@ def test_defaults_match_the_documented_names():
     assert config.ipc.transport == "ipc" and config.ipc.serializer == "msgpack"
     assert config.scheduler.policy == "fcfs"
     assert config.attention.backend == "torch_native"
+    assert config.server.max_prompts_per_request == 256
+    overrides = parse_set_options(["server.max_prompts_per_request=8"])
+    assert load_config(environ={}, overrides=overrides).server.max_prompts_per_request == 8
     assert config.detokenizer.strategy == "incremental"
 
 
@@ -57,6 +60,7 @@ def test_config_file_from_environment(tmp_path):
         ("server.port=abc", "server.port"),
         ("cache.page_size=0", "cache.page_size"),
         ("cache.prefix_cache=maybe", "cache.prefix_cache"),
+        ("server.max_prompts_per_request=0", "server.max_prompts_per_request"),
     ],
 )
 def test_bad_keys_and_values_are_named(assignment, named):

@@ -197,3 +197,93 @@ def test_a_full_server_refuses_after_tokenizing_too(manager, monkeypatch):
     refusals, held = asyncio.run(scenario())
     assert len(refusals) == 1 and refusals[0].status_code == 503
     assert len(held) == 1
+
+
+# -- batches: several prompts in one request ------------------------------------------
+
+
+def record_sends(manager, monkeypatch) -> list:
+    sent = []
+    monkeypatch.setattr(manager.senders_to_schedulers[0], "send", sent.append)
+    return sent
+
+
+def batch(prompts, n: int = 1, max_new_tokens: int = 2, **fields) -> GenerateRequest:
+    return GenerateRequest(SamplingParams(max_new_tokens=max_new_tokens, n=n), prompts=prompts, **fields)
+
+
+def test_a_batch_sends_one_request_per_prompt_and_numbers_its_completions(manager, monkeypatch):
+    sent = record_sends(manager, monkeypatch)
+    aborted = []
+    monkeypatch.setattr(manager, "abort", aborted.append)
+
+    async def scenario():
+        outputs = manager.generate(batch(["Hello", "Hi there"], n=2, rid="b", stream=True))
+        first = asyncio.ensure_future(anext(outputs))
+        await wait_until(lambda: len(manager.rid_to_state) == 4)
+        manager.handle_batch_str_output(step_output("b#1#0", "x", 5, None, 1))
+        piece = await first
+        await outputs.aclose()  # the client left: every unfinished completion is aborted
+        return piece
+
+    piece = asyncio.run(scenario())
+    assert [message.rid for message in sent] == ["b#0", "b#1"]
+    tokenizer = manager.tokenizer
+    assert [message.input_ids for message in sent] == [tokenizer.encode("Hello"), tokenizer.encode("Hi there")]
+    assert all(message.sampling_params.n == 2 for message in sent)
+    # A seed left to the server is drawn for each prompt.
+    assert sent[0].sampling_params.seed != sent[1].sampling_params.seed
+    assert (piece.rid, piece.index) == ("b#1#0", 2)  # prompt 1, completion 0: 1 × n + 0
+    assert sorted(aborted) == ["b#0#0", "b#0#1", "b#1#0", "b#1#1"]
+    assert manager.rid_to_state == {} and manager.rank_of_rid == {}
+
+
+@pytest.mark.parametrize(
+    "prompts, field, param, fragment",
+    [
+        (["Hello", "abc " * 1500], "prompt", "prompt[1]", "exceeds the model's context length"),
+        ([[1, 2], [1] * 2000], "input_ids", "input_ids[1]", "exceeds the model's context length"),
+        (["Hello", "Hi", ""], "text", "text[2]", "the prompt is empty"),
+        (["Hello", "Hi \ud800"], "prompt", "prompt[1]", "not valid Unicode"),
+    ],
+)
+def test_one_bad_prompt_refuses_the_batch_before_anything_is_sent(
+    manager, monkeypatch, prompts, field, param, fragment
+):
+    sent = record_sends(manager, monkeypatch)
+    with pytest.raises(RequestError) as refused:
+        consume(manager, batch(prompts, max_new_tokens=16, prompt_field=field))
+    assert refused.value.status_code == 400 and refused.value.param == param
+    assert refused.value.message.startswith(f"{param}: ") and fragment in refused.value.message
+    assert sent == [] and manager.rid_to_state == {}
+
+
+def test_an_empty_prompt_is_refused_alike_alone_and_in_a_batch(manager):
+    with pytest.raises(RequestError) as alone:
+        consume(manager, GenerateRequest(SamplingParams(max_new_tokens=2), text=""))
+    with pytest.raises(RequestError) as batched:
+        consume(manager, batch(["Hi", ""]))
+    assert (alone.value.param, batched.value.param) == ("prompt", "prompt[1]")
+    assert batched.value.message == f"prompt[1]: {alone.value.message}"
+
+
+@pytest.mark.parametrize(
+    "num_prompts, n, fragment",
+    [(5, 1, "5 prompts, over this server's limit of 4"), (3, 2, "3 prompts × n=2 = 6 completions")],
+)
+def test_a_batch_over_the_limit_is_a_400_naming_the_prompt_field(manager, monkeypatch, num_prompts, n, fragment):
+    sent = record_sends(manager, monkeypatch)
+    monkeypatch.setattr(manager, "max_prompts_per_request", 4)
+    with pytest.raises(RequestError) as refused:
+        consume(manager, batch(["Hi"] * num_prompts, n=n, prompt_field="text"))
+    assert refused.value.status_code == 400 and refused.value.param == "text"
+    assert fragment in refused.value.message and "server.max_prompts_per_request" in refused.value.message
+    assert sent == []
+
+
+def test_a_batch_the_server_could_never_hold_is_a_400_not_a_503(manager, monkeypatch):
+    monkeypatch.setattr(manager, "max_requests_in_flight", 3)
+    with pytest.raises(RequestError) as refused:
+        consume(manager, batch(["Hi"] * 4))
+    assert refused.value.status_code == 400 and "scheduler.max_queued_requests" in refused.value.message
+    assert manager.batch_limit == 3

@@ -38,7 +38,9 @@ BUILTIN_ROUTES: list[RouteSpec] = [
 # Built-in routes that need the child processes: once one died (and the server
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
 NEEDS_CHILDREN = frozenset(
-    path for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES] if path != "/v1/models"
+    path
+    for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES]
+    if path not in openai_api.MODEL_PATHS
 )
 
 

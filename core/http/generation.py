@@ -3,8 +3,10 @@
 A generation is started by waiting for its first piece, so a bad or refused
 request is answered with its own status before a streaming 200 goes out; a
 client that leaves at any point gets its request aborted. A request with
-``n > 1`` yields the pieces of its n completions interleaved, each tagged with
-its ``index``; :class:`ChoiceAccumulator` joins one completion's pieces.
+``n > 1``, or a batch of prompts, yields the pieces of its completions
+interleaved, each tagged with its ``index`` (``prompt × n + i``);
+:class:`ChoiceAccumulator` joins one completion's pieces, :class:`PromptDetails`
+keeps what the pieces say about each prompt.
 """
 
 from __future__ import annotations
@@ -24,13 +26,21 @@ class GenerationStream:
     """The pieces of one generation, the first one already received.
 
     ``aclose`` closes the TokenizerManager's iterator, which aborts the request
-    if it has not finished; closing twice is harmless.
+    if it has not finished; closing twice is harmless. ``num_choices`` counts
+    every completion, ``n`` those of each prompt (all of them, for one prompt).
     """
 
-    def __init__(self, first: GenerateOutput, rest: AsyncIterator[GenerateOutput], num_choices: int = 1):
+    def __init__(
+        self, first: GenerateOutput, rest: AsyncIterator[GenerateOutput], num_choices: int = 1, n: int | None = None
+    ):
         self._first: GenerateOutput | None = first
         self._rest = rest
         self.num_choices = num_choices
+        self.n = num_choices if n is None else n
+
+    @property
+    def num_prompts(self) -> int:
+        return self.num_choices // self.n
 
     def __aiter__(self) -> "GenerationStream":
         return self
@@ -45,7 +55,9 @@ class GenerationStream:
         await _close(self._rest)
 
 
-async def start_generation(outputs: AsyncIterator[GenerateOutput], num_choices: int = 1) -> GenerationStream:
+async def start_generation(
+    outputs: AsyncIterator[GenerateOutput], num_choices: int = 1, n: int | None = None
+) -> GenerationStream:
     """Wait for the first piece, so that a bad or refused request is answered
     with its own status before a streaming 200 goes out."""
     try:
@@ -57,13 +69,13 @@ async def start_generation(outputs: AsyncIterator[GenerateOutput], num_choices: 
     except BaseException:
         await _close(outputs)
         raise
-    return GenerationStream(first, outputs, num_choices)
+    return GenerationStream(first, outputs, num_choices, n)
 
 
 async def open_generation(request: Request, tokenizer_manager, generate_request: GenerateRequest) -> GenerationStream:
     """Start a generation; if the client leaves before the first piece, it is aborted."""
     outputs = tokenizer_manager.generate(generate_request)
-    started = start_generation(outputs, generate_request.sampling_params.n)
+    started = start_generation(outputs, generate_request.num_completions, generate_request.sampling_params.n)
     return await cancel_on_disconnect(request.receive, started)
 
 
@@ -113,7 +125,7 @@ class ChoiceAccumulator:
 
 @dataclasses.dataclass
 class PromptDetails:
-    """What one piece of the request (the first of index 0) says about the prompt."""
+    """What a prompt's pieces (the first of its first completion) say about the prompt."""
 
     logprobs: TokenLogprobs | None = None
     token_ids: list[int] | None = None
@@ -125,18 +137,22 @@ class PromptDetails:
             self.token_ids = list(piece.prompt_token_ids)
 
 
+def check_index(piece: GenerateOutput, num_choices: int) -> None:
+    if not 0 <= piece.index < num_choices:
+        raise RuntimeError(f"output for completion {piece.index} of a request with {num_choices} completions")
+
+
 async def _merge(stream: GenerationStream) -> list[GenerateOutput]:
     choices = [ChoiceAccumulator(index) for index in range(stream.num_choices)]
-    prompt = PromptDetails()
+    prompts = [PromptDetails() for _ in range(stream.num_prompts)]
     async for piece in stream:
-        if not 0 <= piece.index < len(choices):
-            raise RuntimeError(f"output for completion {piece.index} of a request with n={len(choices)}")
+        check_index(piece, len(choices))
         if piece.finished:
             raise_if_refused(piece.finish_reason)
-        prompt.note(piece)
+        prompts[piece.index // stream.n].note(piece)
         choices[piece.index].add(piece)
         if all(choice.finished for choice in choices):
-            return [choice.output(prompt) for choice in choices]
+            return [choice.output(prompts[choice.index // stream.n]) for choice in choices]
     raise RuntimeError("the generation ended without a finish reason")
 
 

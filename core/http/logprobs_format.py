@@ -13,6 +13,7 @@ import re
 import weakref
 
 from tercet.byte_level import BYTE_LEVEL_ALPHABET
+from tercet.http.text_offsets import TextOffsets
 from tercet.messages import TokenLogprobs
 
 # JSON has no -Infinity; a token the model rules out entirely gets this instead.
@@ -96,14 +97,18 @@ def finite(logprob: float | None) -> float | None:
 # -- OpenAI /v1/completions -----------------------------------------------------
 
 
-def completion_logprobs(strings: TokenStrings, logprobs: TokenLogprobs, num_top: int, text_offset: int) -> dict:
+def completion_logprobs(
+    strings: TokenStrings, logprobs: TokenLogprobs, num_top: int, offsets: TextOffsets | None = None
+) -> dict:
     """``{tokens, token_logprobs, top_logprobs, text_offset}`` as OpenAI's legacy completions.
 
     ``top_logprobs`` maps token text to logprob for the ``num_top`` most likely
     tokens plus the chosen one (so up to ``num_top + 1`` entries, as OpenAI
     says); it is ``None`` where the token has no logprob (the first prompt
-    token). ``text_offset`` is where each token starts in the returned text,
-    counting from ``text_offset``.
+    token). ``text_offset`` is where each token starts in the returned text
+    (the rule for tokens that split a character is :mod:`tercet.http.text_offsets`'s):
+    from 0, or, given the ``offsets`` of the choice's earlier chunks, after
+    them; ``offsets`` is moved past these tokens.
     """
     tokens = [strings.text(token_id) for token_id in logprobs.token_ids]
     top_logprobs: list[dict | None] = []
@@ -116,21 +121,14 @@ def completion_logprobs(strings: TokenStrings, logprobs: TokenLogprobs, num_top:
             entry.setdefault(strings.text(alternative_id), finite(alternative_logprob))
         entry.setdefault(strings.text(token_id), finite(logprob))
         top_logprobs.append(entry)
-    offsets = []
-    for token in tokens:
-        offsets.append(text_offset)
-        text_offset += len(token)
+    if offsets is None:
+        offsets = TextOffsets()
     return {
         "tokens": tokens,
         "token_logprobs": [finite(logprob) for logprob in logprobs.logprobs],
         "top_logprobs": top_logprobs,
-        "text_offset": offsets,
+        "text_offset": [offsets.place(bytes(strings.bytes(token_id))) for token_id in logprobs.token_ids],
     }
-
-
-def text_length(logprobs: dict) -> int:
-    """How far a :func:`completion_logprobs` block moves ``text_offset`` on."""
-    return sum(len(token) for token in logprobs["tokens"])
 
 
 # -- OpenAI /v1/chat/completions ------------------------------------------------

@@ -4,8 +4,10 @@ Body: ``{"text": str | "input_ids": [int], "sampling_params": {...}, "stream": b
 "rid": str}`` plus the log-probability switches (:mod:`tercet.http.native_request`).
 The answer is ``{"text", "output_ids", "meta_info"}``; a stream sends the same
 objects with cumulative ``text``, ``output_ids`` and log-probabilities, then
-``[DONE]``. With ``n > 1`` every object also has ``index``, and the answer
-without streaming is a list of n objects.
+``[DONE]``. With ``n > 1``, or a batch (``text`` a list of strings,
+``input_ids`` a list of lists), every object also has ``index``
+(``prompt × n + i``), and the answer without streaming is a list of them in
+index order; a stream interleaves the completions' objects, as SGLang does.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tercet.http.generation import (
     ChoiceAccumulator,
     GenerationStream,
     PromptDetails,
+    check_index,
     collect_generation,
     open_generation,
 )
@@ -43,10 +46,11 @@ async def generate(request: Request, tokenizer_manager) -> Response:
         events = _cumulative_outputs(native_request, stream, strings)
         return EventStreamResponse(event_stream(events), on_close=stream.aclose)
     outputs = await collect_generation(request, stream)
-    if generate_request.sampling_params.return_prompt_logprob and outputs[0].prompt_logprobs is None:
+    firsts = outputs[:: stream.n]  # one completion of each prompt
+    if generate_request.sampling_params.return_prompt_logprob and any(o.prompt_logprobs is None for o in firsts):
         raise RuntimeError("the server returned no prompt log-probabilities")
     objects = [native_output(native_request, output, strings) for output in outputs]
-    return JSONResponse(objects if generate_request.sampling_params.n > 1 else objects[0])
+    return JSONResponse(objects if _is_listed(native_request) else objects[0])
 
 
 async def _cumulative_outputs(
@@ -54,11 +58,11 @@ async def _cumulative_outputs(
 ) -> AsyncIterator[dict]:
     # SGLang streams the whole output so far in every event, not deltas.
     choices = [ChoiceAccumulator(index) for index in range(stream.num_choices)]
-    prompt = PromptDetails()
+    prompts = [PromptDetails() for _ in range(stream.num_prompts)]
     async for piece in stream:
         raise_if_refused(piece.finish_reason)
-        if not 0 <= piece.index < len(choices):
-            raise RuntimeError(f"output for completion {piece.index} of a request with n={len(choices)}")
+        check_index(piece, len(choices))
+        prompt = prompts[piece.index // stream.n]
         prompt.note(piece)
         choice = choices[piece.index]
         choice.add(piece)
@@ -87,9 +91,14 @@ def native_output(native_request: NativeRequest, output: GenerateOutput, strings
         meta_info["input_token_logprobs"] = native_token_logprobs(strings, prompt_logprobs)
         meta_info["input_top_logprobs"] = native_top_logprobs(strings, prompt_logprobs, params.top_logprobs_num)
     body = {"text": output.text, "output_ids": output.token_ids, "meta_info": meta_info}
-    if params.n > 1:
+    if _is_listed(native_request):
         body["index"] = output.index
     return body
+
+
+def _is_listed(native_request: NativeRequest) -> bool:
+    """Whether the request has several completions to tell apart (or asked for a list, a batch)."""
+    return native_request.sampling_params.n > 1 or native_request.generate_request.is_batch
 
 
 def _from_position(logprobs: TokenLogprobs, start: int) -> TokenLogprobs:

@@ -1,5 +1,7 @@
 """The body of ``POST /generate`` (SGLang's native API) -> :class:`NativeRequest`.
 
+``text`` (or ``input_ids``) may be a list of prompts, a batch: the answer is
+then a list, one object per completion in order (``index = prompt × n + i``).
 ``sampling_params`` takes every :class:`SamplingParams` field by its own name.
 Log-probabilities are asked for at the top level, as SGLang does:
 ``return_logprob``, ``top_logprobs_num``, ``return_prompt_logprob`` (tercet's
@@ -44,16 +46,7 @@ class NativeRequest:
 
 
 def parse_generate_request(body: dict, vocab_size: int | None = None) -> NativeRequest:
-    # A null text or input_ids is one not sent, as for every optional field.
-    text, input_ids = body.get("text"), body.get("input_ids")
-    if (text is None) == (input_ids is None):
-        raise RequestError("send exactly one of text and input_ids", "text")
-    if text is not None:
-        if not isinstance(text, str):
-            raise RequestError("text must be a string (batches are not supported yet)", "text")
-        check_text(text, "text")
-    if input_ids is not None:
-        parse_token_ids(input_ids, "input_ids", vocab_size)
+    prompt = _parse_prompt(body, vocab_size)
     stream = parse_flag(body, "stream")
     rid = body.get("rid")
     if rid is not None:
@@ -79,8 +72,30 @@ def parse_generate_request(body: dict, vocab_size: int | None = None) -> NativeR
     elif raw.get("return_logprob") and logprob_start_len >= 0:
         raw["return_prompt_logprob"] = True  # SGLang's way to ask for the prompt's log-probabilities
     params = _sampling_params(raw, vocab_size)
-    generate_request = GenerateRequest(params, text=text, input_ids=input_ids, stream=stream, rid=rid)
+    generate_request = GenerateRequest(params, stream=stream, rid=rid, **prompt)
     return NativeRequest(generate_request, max(logprob_start_len, 0), flags.get("return_text_in_logprobs", False))
+
+
+def _parse_prompt(body: dict, vocab_size: int | None) -> dict:
+    """``text`` or ``input_ids`` as :class:`GenerateRequest` fields; a list of
+    strings or of token-id lists is a batch, as in SGLang."""
+    # A null text or input_ids is one not sent, as for every optional field.
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (input_ids is None):
+        raise RequestError("send exactly one of text and input_ids", "text")
+    if isinstance(text, str):
+        check_text(text, "text")
+        return {"text": text}
+    if text is not None:
+        if not isinstance(text, list) or not text or not all(isinstance(item, str) for item in text):
+            raise RequestError("text must be a string or a non-empty list of strings", "text")
+        for index, item in enumerate(text):
+            check_text(item, f"text[{index}]")
+        return {"prompts": list(text), "prompt_field": "text"}
+    if isinstance(input_ids, list) and input_ids and all(isinstance(ids, list) for ids in input_ids):
+        batch = [list(parse_token_ids(ids, f"input_ids[{i}]", vocab_size)) for i, ids in enumerate(input_ids)]
+        return {"prompts": batch, "prompt_field": "input_ids"}
+    return {"input_ids": parse_token_ids(input_ids, "input_ids", vocab_size)}
 
 
 def _sampling_params_object(raw) -> dict:

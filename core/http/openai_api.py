@@ -1,4 +1,4 @@
-"""OpenAI-compatible routes: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models``."""
+"""OpenAI-compatible routes: ``/v1/completions``, ``/v1/chat/completions``, ``/v1/models[/{model}]``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.http.errors import read_json_object
+from tercet.http.errors import APIError, read_json_object
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
 from tercet.http.logprobs_format import TokenStrings, token_strings_for
 from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request, parse_completion_request
@@ -47,8 +47,23 @@ async def create_chat_completion(request: Request, tokenizer_manager) -> Respons
 
 
 async def list_models(request: Request, tokenizer_manager) -> Response:
-    model = {"id": tokenizer_manager.served_model_name, "object": "model", "created": STARTED_AT, "owned_by": "tercet"}
-    return JSONResponse({"object": "list", "data": [model]})
+    return JSONResponse({"object": "list", "data": [_model_object(tokenizer_manager.served_model_name)]})
+
+
+async def retrieve_model(request: Request, tokenizer_manager) -> Response:
+    # The route's path converter takes the rest of the (percent-decoded) path,
+    # so "org/model", sent as is or as "org%2Fmodel", arrives whole.
+    model = request.path_params["model"]
+    served = tokenizer_manager.served_model_name
+    if model != served:
+        # Worded as a completion's unknown "model" is, in the same OpenAI shape.
+        message = f"The model `{model}` does not exist; this server serves `{served}`."
+        raise APIError(message, "model", 404, "model_not_found")
+    return JSONResponse(_model_object(served))
+
+
+def _model_object(model: str) -> dict:
+    return {"id": model, "object": "model", "created": STARTED_AT, "owned_by": "tercet"}
 
 
 async def _respond(
@@ -84,4 +99,7 @@ ROUTES = [
     ("/v1/completions", create_completion, ["POST"]),
     ("/v1/chat/completions", create_chat_completion, ["POST"]),
     ("/v1/models", list_models, ["GET"]),
+    ("/v1/models/{model:path}", retrieve_model, ["GET"]),
 ]
+# Answered from the configuration alone: these need no child process.
+MODEL_PATHS = frozenset({"/v1/models", "/v1/models/{model:path}"})

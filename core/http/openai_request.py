@@ -43,7 +43,12 @@ class OpenAIRequest:
 
     @property
     def n(self) -> int:
+        """Completions per prompt."""
         return self.generate_request.sampling_params.n
+
+    @property
+    def num_prompts(self) -> int:
+        return self.generate_request.num_prompts
 
     @property
     def wants_logprobs(self) -> bool:
@@ -60,7 +65,7 @@ class OpenAIRequest:
 def parse_completion_request(body: dict, served_model_name: str, vocab_size: int | None = None) -> OpenAIRequest:
     model = _check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
-    text, input_ids = _parse_prompt(body.get("prompt"), vocab_size)
+    prompt = _parse_prompt(body.get("prompt"), vocab_size)
     _refuse_suffix_and_best_of(body)
     echo = parse_flag(body, "echo")
     logprobs = body.get("logprobs")
@@ -78,24 +83,37 @@ def parse_completion_request(body: dict, served_model_name: str, vocab_size: int
         param_names={"top_logprobs": "logprobs"},
     )
     request_id = f"cmpl-{uuid.uuid4().hex}"
-    generate_request = GenerateRequest(params, text=text, input_ids=input_ids, stream=stream, rid=request_id)
+    generate_request = GenerateRequest(params, stream=stream, rid=request_id, **prompt)
     return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage, echo)
 
 
-def _parse_prompt(prompt, vocab_size: int | None) -> tuple[str | None, list[int] | None]:
+PROMPT_SHAPES = "a string, a list of token ids, a list of strings or a list of token-id lists"
+
+
+def _parse_prompt(prompt, vocab_size: int | None) -> dict:
+    """The prompt as :class:`GenerateRequest` fields: ``text``, ``input_ids``, or a batch's ``prompts``."""
     if isinstance(prompt, str):
         check_text(prompt, "prompt")
-        return prompt, None
-    if isinstance(prompt, list) and prompt:
-        if all(_is_integer(t) for t in prompt):
-            return None, list(parse_token_ids(prompt, "prompt", vocab_size))
-        if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            return _parse_prompt(prompt[0], vocab_size)
-        if all(isinstance(p, (str, list)) for p in prompt):
-            raise RequestError("only one prompt per request is supported for now; send one request per prompt", "prompt")
+        return {"text": prompt}
     if prompt is None:
         raise RequestError("prompt is required", "prompt")
-    raise RequestError("prompt must be a string or a non-empty list of token ids", "prompt")
+    if not isinstance(prompt, list) or not prompt:
+        raise RequestError(f"prompt must be {PROMPT_SHAPES}; a list must be non-empty", "prompt")
+    if all(_is_integer(t) for t in prompt):
+        return {"input_ids": list(parse_token_ids(prompt, "prompt", vocab_size))}
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        # OpenAI's one-element list is that one prompt: the answer is the same.
+        check_text(prompt[0], "prompt")
+        return {"text": prompt[0]}
+    if len(prompt) == 1 and isinstance(prompt[0], list):
+        return {"input_ids": list(parse_token_ids(prompt[0], "prompt", vocab_size))}
+    if all(isinstance(p, str) for p in prompt):
+        for index, text in enumerate(prompt):
+            check_text(text, f"prompt[{index}]")
+        return {"prompts": list(prompt)}
+    if all(isinstance(p, list) for p in prompt):
+        return {"prompts": [list(parse_token_ids(ids, f"prompt[{i}]", vocab_size)) for i, ids in enumerate(prompt)]}
+    raise RequestError(f"prompt must be {PROMPT_SHAPES} (one list may not mix strings and token ids)", "prompt")
 
 
 def _refuse_suffix_and_best_of(body: dict) -> None:

@@ -25,21 +25,27 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) ->
     }
 
 
-def usage_of(outputs: list[GenerateOutput]) -> dict:
-    """The prompt counts once, however many completions it had."""
+def usage_of(outputs: list[GenerateOutput], n: int = 1) -> dict:
+    """Each prompt counts once, however many completions it had, as OpenAI counts;
+    ``outputs`` are in index order, ``n`` for each prompt."""
+    firsts = outputs[::n]  # one completion of each prompt
     return usage(
-        outputs[0].prompt_tokens, sum(output.completion_tokens for output in outputs), outputs[0].cached_tokens
+        sum(output.prompt_tokens for output in firsts),
+        sum(output.completion_tokens for output in outputs),
+        sum(output.cached_tokens for output in firsts),
     )
 
 
-def prompt_text(request: OpenAIRequest, strings: TokenStrings | None, prompt_token_ids: list[int] | None = None) -> str:
-    """The prompt as text, for ``echo``: as sent, or decoded when sent as token ids."""
-    generate_request = request.generate_request
-    if generate_request.text is not None:
-        return generate_request.text
+def prompt_text(
+    request: OpenAIRequest, strings: TokenStrings | None, index: int = 0, prompt_token_ids: list[int] | None = None
+) -> str:
+    """Completion ``index``'s prompt as text, for ``echo``: as sent, or decoded when sent as token ids."""
+    prompt = request.generate_request.prompt_at(index // request.n)
+    if isinstance(prompt, str):
+        return prompt
     if strings is None:
         raise RuntimeError("echoing a token-id prompt needs the tokenizer")
-    return strings.decode(prompt_token_ids or generate_request.input_ids or [])
+    return strings.decode(prompt_token_ids or prompt or [])
 
 
 def output_logprobs(output: GenerateOutput) -> TokenLogprobs:
@@ -62,18 +68,18 @@ def prompt_logprobs(output: GenerateOutput) -> TokenLogprobs:
 
 def completion_response(request: OpenAIRequest, outputs: list[GenerateOutput], strings: TokenStrings | None) -> dict:
     choices = [_completion_choice(request, output, strings) for output in outputs]
-    return {**_envelope(request, "text_completion"), "choices": choices, "usage": usage_of(outputs)}
+    return {**_envelope(request, "text_completion"), "choices": choices, "usage": usage_of(outputs, request.n)}
 
 
 def _completion_choice(request: OpenAIRequest, output: GenerateOutput, strings: TokenStrings | None) -> dict:
     text = output.text
     logprobs = None
     if request.echo:
-        text = prompt_text(request, strings, output.prompt_token_ids) + text
+        text = prompt_text(request, strings, output.index, output.prompt_token_ids) + text
     if request.wants_logprobs:
         parts = [prompt_logprobs(output)] if request.echo else []
         parts.append(output_logprobs(output))
-        logprobs = completion_logprobs(strings, TokenLogprobs.concat(parts), request.num_top_logprobs, 0)
+        logprobs = completion_logprobs(strings, TokenLogprobs.concat(parts), request.num_top_logprobs)
     return {"index": output.index, "text": text, "logprobs": logprobs, "finish_reason": openai_finish_reason(output.finish_reason)}
 
 

@@ -1,8 +1,9 @@
 """Streamed OpenAI answers: chunks per completion index, then the usage chunk.
 
-With ``n > 1`` the pieces of the n completions arrive interleaved; every chunk
-names its choice ``index`` and each index gets its own finish chunk. The
-usage chunk (``stream_options.include_usage``) comes once all n are done.
+With ``n > 1``, or a list of prompts, the pieces of the completions arrive
+interleaved; every chunk names its choice ``index`` (``prompt × n + i``) and
+each index gets its own finish chunk. The usage chunk
+(``stream_options.include_usage``) comes once all are done.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 from tercet.http.errors import raise_if_refused
-from tercet.http.generation import GenerationStream, PromptDetails
-from tercet.http.logprobs_format import TokenStrings, chat_logprobs, completion_logprobs, text_length
+from tercet.http.generation import GenerationStream, PromptDetails, check_index
+from tercet.http.logprobs_format import TokenStrings, chat_logprobs, completion_logprobs
 from tercet.http.openai_request import OpenAIRequest
 from tercet.http.openai_response import (
     chat_completion_chunk,
@@ -21,26 +22,30 @@ from tercet.http.openai_response import (
     prompt_text,
     usage_chunk,
 )
+from tercet.http.text_offsets import TextOffsets
 from tercet.io_struct import GenerateOutput
 
 
 class ChoiceProgress:
-    """What the stream has seen of each of the n completions."""
+    """What the stream has seen of each completion, n per prompt."""
 
-    def __init__(self, n: int):
-        self.finished = [False] * n
-        self.completion_tokens = [0] * n
-        self.prompt_tokens = 0
-        self.cached_tokens = 0
-        self.prompt = PromptDetails()
+    def __init__(self, n: int, num_prompts: int = 1):
+        self.n = n
+        self.finished = [False] * (num_prompts * n)
+        self.completion_tokens = [0] * (num_prompts * n)
+        self.prompt_tokens = [0] * num_prompts
+        self.cached_tokens = [0] * num_prompts
+        self.prompts = [PromptDetails() for _ in range(num_prompts)]
+
+    def prompt_of(self, index: int) -> PromptDetails:
+        return self.prompts[index // self.n]
 
     def note(self, piece: GenerateOutput) -> None:
-        if not 0 <= piece.index < len(self.finished):
-            raise RuntimeError(f"output for completion {piece.index} of a request with n={len(self.finished)}")
+        check_index(piece, len(self.finished))
         raise_if_refused(piece.finish_reason)
-        self.prompt.note(piece)
-        self.prompt_tokens = piece.prompt_tokens
-        self.cached_tokens = piece.cached_tokens
+        self.prompt_of(piece.index).note(piece)
+        self.prompt_tokens[piece.index // self.n] = piece.prompt_tokens
+        self.cached_tokens[piece.index // self.n] = piece.cached_tokens
         self.completion_tokens[piece.index] = piece.completion_tokens
         if piece.finished:
             self.finished[piece.index] = True
@@ -50,31 +55,35 @@ class ChoiceProgress:
         return all(self.finished)
 
     def usage_chunk(self, request: OpenAIRequest, object_name: str) -> dict:
-        return usage_chunk(request, object_name, self.prompt_tokens, sum(self.completion_tokens), self.cached_tokens)
+        # Each prompt counts once, as in a whole answer's usage.
+        prompt_tokens, cached_tokens = sum(self.prompt_tokens), sum(self.cached_tokens)
+        return usage_chunk(request, object_name, prompt_tokens, sum(self.completion_tokens), cached_tokens)
 
 
 async def completion_chunks(request: OpenAIRequest, stream: GenerationStream, strings: TokenStrings | None) -> AsyncIterator[dict]:
-    progress = ChoiceProgress(request.n)
-    offsets = [0] * request.n  # text_offset, per choice, of the next token
-    echoed = [False] * request.n
-    # Echoed log-probabilities come with index 0's first piece; other indices wait for it.
+    progress = ChoiceProgress(request.n, request.num_prompts)
+    num_choices = len(progress.finished)
+    offsets = [TextOffsets() for _ in range(num_choices)]  # per choice: text_offset carries on across its chunks
+    echoed = [False] * num_choices
+    # Echoed log-probabilities come with the first piece of each prompt's first
+    # completion; that prompt's other completions wait for it.
     waits_for_prompt = request.echo and request.wants_logprobs
     waiting: list[GenerateOutput] = []
     async for piece in stream:
         progress.note(piece)
-        if waits_for_prompt and progress.prompt.logprobs is None:
-            waiting.append(piece)
-            continue
         ready, waiting = [*waiting, piece], []
         for ready_piece in ready:
+            if waits_for_prompt and progress.prompt_of(ready_piece.index).logprobs is None:
+                waiting.append(ready_piece)  # kept in order: its index's later pieces wait behind it
+                continue
             for chunk in _completion_piece_chunks(request, ready_piece, strings, progress, offsets, echoed):
                 yield chunk
         if progress.all_finished:
-            if request.include_usage:
-                yield progress.usage_chunk(request, "text_completion")
-            return
+            break
     if waiting:
         raise RuntimeError("the server returned no prompt log-probabilities for an echo request")
+    if progress.all_finished and request.include_usage:
+        yield progress.usage_chunk(request, "text_completion")
 
 
 def _completion_piece_chunks(
@@ -82,7 +91,7 @@ def _completion_piece_chunks(
     piece: GenerateOutput,
     strings: TokenStrings | None,
     progress: ChoiceProgress,
-    offsets: list[int],
+    offsets: list[TextOffsets],
     echoed: list[bool],
 ) -> Iterator[dict]:
     index = piece.index
@@ -90,13 +99,13 @@ def _completion_piece_chunks(
         echoed[index] = True
         logprobs = None
         if request.wants_logprobs:
-            logprobs = completion_logprobs(strings, progress.prompt.logprobs, request.num_top_logprobs, 0)
-            offsets[index] = text_length(logprobs)
-        yield completion_chunk(request, index, prompt_text(request, strings, progress.prompt.token_ids), logprobs)
+            prompt_logprobs = progress.prompt_of(index).logprobs
+            logprobs = completion_logprobs(strings, prompt_logprobs, request.num_top_logprobs, offsets[index])
+        prompt = prompt_text(request, strings, index, progress.prompt_of(index).token_ids)
+        yield completion_chunk(request, index, prompt, logprobs)
     logprobs = None
     if request.wants_logprobs and piece.token_ids:
         logprobs = completion_logprobs(strings, output_logprobs(piece), request.num_top_logprobs, offsets[index])
-        offsets[index] += text_length(logprobs)
     if piece.text or logprobs:
         yield completion_chunk(request, index, piece.text, logprobs)
     if piece.finished:
@@ -109,7 +118,7 @@ async def chat_completion_chunks(
 ) -> AsyncIterator[dict]:
     for index in range(request.n):
         yield chat_completion_chunk(request, index, {"role": "assistant", "content": ""})
-    progress = ChoiceProgress(request.n)
+    progress = ChoiceProgress(request.n)  # a chat has one prompt
     async for piece in stream:
         progress.note(piece)
         logprobs = None

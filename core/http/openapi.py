@@ -17,11 +17,13 @@ from starlette.responses import JSONResponse, Response
 
 from tercet.http.control_api import TIMEOUT_RANGE
 from tercet.http.openapi_schemas import (
+    DEFAULT_MAX_PROMPTS,
     ERROR_REF,
     chat_completion_request,
     completion_request,
     error_schema,
     generate_request,
+    model_schema,
     nullable,
     object_schema,
     ranged,
@@ -123,11 +125,14 @@ def build_document(
     include_update_weights: bool = True,
     exclude_paths: tuple[str, ...] = (),
     vocab_size: int | None = None,
+    max_prompts: int = DEFAULT_MAX_PROMPTS,
 ) -> dict:
     """The OpenAPI document; ``max_tokens_limit`` caps the token-count fields (for fuzzing).
 
     ``vocab_size`` bounds token ids and top_k as the server does; without it the
-    document gives the bounds the parsers use when it is unknown.
+    document gives the bounds the parsers use when it is unknown. ``max_prompts``
+    bounds prompt lists (the server's batch limit; the default configuration's
+    when not given).
     """
     health = {
         "200": _json(object_schema({"status": {"type": "string", "enum": ["ok"]}}), "healthy"),
@@ -136,10 +141,13 @@ def build_document(
             "unhealthy",
         ),
     }
-    models = object_schema({
-        "object": {"type": "string", "enum": ["list"]},
-        "data": {"type": "array", "items": object_schema({"id": {"type": "string"}, "object": {"type": "string"}})},
-    })
+    model_ref = {"$ref": "#/components/schemas/Model"}
+    models = object_schema(
+        {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": model_ref}},
+        required=("object", "data"),
+    )
+    # ``minLength``: an empty id would be the path "/v1/models/", a different route.
+    model_id = {"name": "model", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     paths = {
         "/generate": {
             "post": _operation(
@@ -166,6 +174,14 @@ def build_document(
             )
         },
         "/v1/models": {"get": _operation("listModels", "The served model", _responses(_json(models, "the model"), "401"))},
+        "/v1/models/{model}": {
+            "get": {
+                **_operation(
+                    "retrieveModel", "The served model, by its id", _responses(_json(model_ref, "the model"), "401", "404")
+                ),
+                "parameters": [model_id],
+            }
+        },
         "/health": {"get": {**_operation("health", "Liveness; never needs the API key", health), "security": []}},
         "/health_generate": {
             "get": {
@@ -191,8 +207,9 @@ def build_document(
         "components": {
             "schemas": {
                 "Error": error_schema(),
-                "GenerateRequest": generate_request(max_tokens_limit, vocab_size),
-                "CompletionRequest": completion_request(max_tokens_limit, vocab_size),
+                "Model": model_schema(),
+                "GenerateRequest": generate_request(max_tokens_limit, vocab_size, max_prompts),
+                "CompletionRequest": completion_request(max_tokens_limit, vocab_size, max_prompts),
                 "ChatCompletionRequest": chat_completion_request(max_tokens_limit, vocab_size),
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
@@ -205,12 +222,13 @@ DOCUMENT = build_document()
 
 
 @functools.lru_cache(maxsize=4)
-def _served_document(vocab_size: int | None) -> dict:
-    return build_document(vocab_size=vocab_size)
+def _served_document(vocab_size: int | None, max_prompts: int) -> dict:
+    return build_document(vocab_size=vocab_size, max_prompts=max_prompts)
 
 
 async def openapi_document(request: Request, tokenizer_manager) -> Response:
-    return JSONResponse(_served_document(getattr(tokenizer_manager, "vocab_size", None)))
+    max_prompts = getattr(tokenizer_manager, "batch_limit", DEFAULT_MAX_PROMPTS)
+    return JSONResponse(_served_document(getattr(tokenizer_manager, "vocab_size", None), max_prompts))
 
 
 ROUTES = [("/openapi.json", openapi_document, ["GET"])]

@@ -8,6 +8,7 @@ puts them into the document.
 
 from __future__ import annotations
 
+from tercet.config import ServerConfig
 from tercet.http.chat_messages import CHAT_ROLES
 from tercet.http.native_request import LOGPROB_START_LEN
 from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
@@ -15,6 +16,8 @@ from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
 from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID, IntRange, NumberRange
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
+# The longest prompt list with the default configuration; the served document has the server's own.
+DEFAULT_MAX_PROMPTS = ServerConfig.max_prompts_per_request
 # Fields whose maximum build_document(max_tokens_limit=...) lowers.
 TOKEN_COUNT_FIELDS = ("max_new_tokens", "min_new_tokens")
 
@@ -57,6 +60,12 @@ def _token_ids(vocab_size: int | None, min_items: int = 0) -> dict:
     if min_items:
         schema["minItems"] = min_items
     return schema
+
+
+def _prompt_list(prompt: dict, max_prompts: int) -> dict:
+    """A batch of prompts; prompts × n is bounded too, which a schema cannot say."""
+    description = f"a batch: at most {max_prompts} prompts, and prompts × n at most {max_prompts} completions"
+    return {"type": "array", "minItems": 1, "maxItems": max_prompts, "items": prompt, "description": description}
 
 
 # -- the sampling parameters (docs/api.md "Sampling parameters") ---------------
@@ -138,15 +147,21 @@ def _top_logprobs() -> dict:
 # -- request bodies -----------------------------------------------------------------
 
 
-def generate_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
+def generate_request(
+    max_tokens_limit: int | None = None, vocab_size: int | None = None, max_prompts: int = DEFAULT_MAX_PROMPTS
+) -> dict:
     sampling = {name: nullable(schema) for name, schema in _sampling_fields(max_tokens_limit, vocab_size).items()}
     sampling.update({
         "return_logprob": nullable({"type": "boolean"}),
         "top_logprobs_num": nullable(_top_logprobs()),
         "return_prompt_logprob": nullable({"type": "boolean"}),
     })
-    text = {"type": "string", "description": "the prompt; exactly one of text and input_ids is not null"}
-    input_ids = _token_ids(vocab_size, min_items=1)
+    one_text, one_prompt = {"type": "string"}, _token_ids(vocab_size, min_items=1)
+    text = {
+        "oneOf": [one_text, _prompt_list(one_text, max_prompts)],
+        "description": "the prompt, or a list of them; exactly one of text and input_ids is not null",
+    }
+    input_ids = {"oneOf": [one_prompt, _prompt_list(one_prompt, max_prompts)]}
     properties = {
         "text": nullable(text),
         "input_ids": nullable(input_ids),
@@ -165,15 +180,12 @@ def generate_request(max_tokens_limit: int | None = None, vocab_size: int | None
     return object_schema(properties, oneOf=one_of)
 
 
-def completion_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
-    token_ids = _token_ids(vocab_size, min_items=1)
-    prompt = {
-        "oneOf": [
-            {"type": "string"},
-            token_ids,
-            {"type": "array", "minItems": 1, "maxItems": 1, "items": {"oneOf": [{"type": "string"}, token_ids]}},
-        ]
-    }
+def completion_request(
+    max_tokens_limit: int | None = None, vocab_size: int | None = None, max_prompts: int = DEFAULT_MAX_PROMPTS
+) -> dict:
+    text, token_ids = {"type": "string"}, _token_ids(vocab_size, min_items=1)
+    # A one-element list is that prompt alone; longer lists are batches.
+    prompt = {"oneOf": [text, token_ids, _prompt_list(text, max_prompts), _prompt_list(token_ids, max_prompts)]}
     properties = {
         "prompt": prompt,
         "model": nullable({"type": "string", "description": "must be the served model's name"}),
@@ -223,6 +235,23 @@ def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int
 
 
 # -- responses ------------------------------------------------------------------
+
+
+def model_schema() -> dict:
+    """One model, as ``GET /v1/models/{model}`` returns it and ``GET /v1/models`` lists it."""
+    return object_schema(
+        {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["model"]},
+            # Bounded, as every integer of the document is (tests check it fits 64 bits).
+            "created": {
+                "type": "integer", "minimum": 0, "maximum": (1 << 63) - 1,
+                "description": "when the server started, in Unix seconds",
+            },
+            "owned_by": {"type": "string"},
+        },
+        required=("id", "object", "created", "owned_by"),
+    )
 
 
 def error_schema() -> dict:

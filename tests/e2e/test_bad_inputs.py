@@ -18,10 +18,13 @@ import httpx
 import pytest
 from running_server import TINY_SETTINGS
 
+from tercet.config import ServerConfig
+
 SURROGATE = "\ud800"  # what JSON's "\ud800" decodes to: UTF-8 (and so msgpack) cannot encode it
 DEEP = 100_000
 TIMEOUT = 60
 ERROR_KEYS = {"message", "type", "param", "code"}
+MAX_PROMPTS = ServerConfig().max_prompts_per_request  # the default the servers here run with
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,18 @@ CASES = [
     completion("prompt", prompt=["a" + SURROGATE]),
     completion("prompt", prompt=[1 << 64]),
     completion("prompt", prompt=[[1, 1 << 63]], stream=True),
+    # Lists of prompts: the list's shape names the field, one bad prompt names itself.
+    completion("prompt", prompt=[]),
+    completion("prompt", prompt=["a", [1]], stream=True),
+    completion("prompt", prompt=[[1], "a"]),
+    completion("prompt[1]", prompt=["a", ""]),  # as a single "" is refused: it tokenizes to nothing
+    completion("prompt[1]", prompt=["a", "b" + SURROGATE]),
+    completion("prompt[1]", prompt=[[1], []]),
+    completion("prompt[2]", prompt=[[1], [2], [1 << 64]], stream=True),
+    completion("prompt[2]", prompt=["a", "b", "hi " * 2000]),  # too long for the context
+    completion("prompt[1]", prompt=[[1, 2], [1] * 2000], stream=True),
+    completion("prompt", prompt=["a"] * (MAX_PROMPTS + 1)),
+    completion("prompt", prompt=["a"] * (MAX_PROMPTS // 2 + 1), n=2, stream=True),  # prompts × n over the cap
     completion("logprobs", logprobs=1 << 64),
     completion("best_of", best_of=1 << 64),
     chat("messages[0].content", messages=[{"role": "user", "content": SURROGATE}]),
@@ -116,6 +131,14 @@ CASES = [
     generate("text", text=SURROGATE),
     generate("text", text=SURROGATE, stream=True),
     generate("input_ids", text=None, input_ids=[1 << 64]),
+    generate("text", text=[]),
+    generate("text", text=["a", 1], stream=True),
+    generate("text[1]", text=["a", ""]),
+    generate("text[1]", text=["a", "hi " * 2000], stream=True),
+    generate("text", text=["a"] * (MAX_PROMPTS + 1)),
+    generate("input_ids[1]", text=None, input_ids=[[1], [1 << 64]]),
+    generate("input_ids[1]", text=None, input_ids=[[1], [1] * 2000]),
+    generate("input_ids", text=None, input_ids=[[1], 2]),
     generate("rid", rid=SURROGATE),
     generate("rid", rid=SURROGATE, stream=True),
     # The param quotes the key: it comes back with the surrogate escaped.
@@ -149,6 +172,9 @@ ACCEPTED = [
     generate(None, text=None, input_ids=[1, 2, 3]),
     generate(None, input_ids=None),
     completion(None, stream_options={"include_usage": True}),
+    completion(None, prompt=["a"] * MAX_PROMPTS),  # at the cap
+    completion(None, prompt=[[1], [2, 3]], stream=True),
+    generate(None, text=["a", "b"], stream=True),
     chat(None, messages=[{"role": "assistant", "content": None}, {"role": "user", "content": "Hi"}]),
     chat(None, stream=True, seed=(1 << 64) - 1, temperature=1),
     Case("/abort_request", {"rid": "no-such-request", "abort_all": None}, None),

@@ -8,6 +8,7 @@ is back at the idle baseline.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -81,6 +82,44 @@ def test_streaming_client_closing_mid_stream_aborts_its_request(server, baseline
     closed_at = time.monotonic()
     took = assert_back_to_idle_within(server, baseline, ABORT_DEADLINE, closed_at)
     print(f"\n{path} stream: idle {took * 1000:.0f} ms after the client closed")
+
+
+# Three prompts, two completions each: six requests, all running at once (TINY_SETTINGS has 8 places).
+BATCH = ["Count", "Say", "Once upon a time"]
+
+
+def test_a_client_leaving_a_streamed_batch_aborts_every_prompts_requests(server, baseline):
+    model = server_info(server)["served_model_name"]
+    body = {"model": model, "prompt": BATCH, "n": 2, "max_tokens": LONG, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        with client.stream("POST", "/v1/completions", json=body) as response:
+            assert response.status_code == 200
+            chunks = response.iter_raw()  # kept: a dropped iterator would close the response at once
+            assert next(chunks).startswith(b"data: ")
+            ranks = wait_for_ranks(server.base_url, lambda ranks: num_running(ranks) == 6, timeout=10)
+            assert kv_used(ranks) > baseline
+    closed_at = time.monotonic()
+    took = assert_back_to_idle_within(server, baseline, ABORT_DEADLINE, closed_at)
+    print(f"\nbatch stream: idle {took * 1000:.0f} ms after the client closed")
+
+
+def test_abort_request_with_a_batchs_rid_aborts_all_its_prompts(server, baseline):
+    body = {"text": BATCH, "rid": "batch-to-abort", "stream": True,
+            "sampling_params": {"max_new_tokens": LONG, "temperature": 0, "ignore_eos": True}}
+    with httpx.Client(base_url=server.base_url, timeout=60) as client:
+        with client.stream("POST", "/generate", json=body) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+            wait_for_ranks(server.base_url, lambda ranks: num_running(ranks) == 3, timeout=10)
+            aborted = client.post("/abort_request", json={"rid": "batch-to-abort"}).json()
+            assert aborted == {"ok": True, "aborted": True}
+            events = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: {")]
+    # The stream ended on its own: every prompt's completion finished, aborted.
+    finishes = {e["index"]: e["meta_info"]["finish_reason"] for e in events if e["meta_info"]["finish_reason"]}
+    assert sorted(finishes) == [0, 1, 2] and {finish["type"] for finish in finishes.values()} == {"abort"}
+    assert_back_to_idle_within(server, baseline, ABORT_DEADLINE, time.monotonic())
 
 
 def test_non_streaming_client_timing_out_aborts_its_request(server, baseline):

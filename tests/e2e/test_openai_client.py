@@ -19,6 +19,52 @@ def test_models_lists_the_served_model(client, tiny_llama_dir):
     assert [model.id for model in client.models.list().data] == [tiny_llama_dir.name]
 
 
+def test_models_retrieve_gives_the_listed_model(client, model_name):
+    retrieved = client.models.retrieve(model_name)
+    assert retrieved == client.models.list().data[0]
+    assert (retrieved.id, retrieved.object, retrieved.owned_by) == (model_name, "model", "tercet")
+
+
+@pytest.mark.parametrize("other", ["no-such-model", "org/no-such-model"])
+def test_models_retrieve_of_another_model_is_not_found(client, model_name, other):
+    with pytest.raises(openai.NotFoundError) as refused:
+        client.models.retrieve(other)
+    assert refused.value.status_code == 404
+    assert refused.value.body == {
+        "message": f"The model `{other}` does not exist; this server serves `{model_name}`.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }
+
+
+# "☕" is three byte-level tokens (" \xe2", "\x98", "\x95"), each with the text "�".
+SPLIT_PROMPT = "Café ☕ naïve 🙂 done"
+
+
+def test_echoed_text_offsets_count_a_split_character_once(client, model_name):
+    reply = client.completions.create(
+        model=model_name, prompt=SPLIT_PROMPT, echo=True, logprobs=0, max_tokens=0, temperature=0
+    )
+    choice = reply.choices[0]
+    assert choice.text == SPLIT_PROMPT
+    assert choice.logprobs.tokens[3:6] == [" \ufffd", "\ufffd", "\ufffd"]
+    offsets = choice.logprobs.text_offset
+    assert offsets == [0, 1, 3, 4, 5, 5, 6, 9, 12, 14]
+    ends = [*offsets[1:], len(choice.text)]
+    assert "".join(choice.text[start:end] for start, end in zip(offsets, ends)) == choice.text
+
+
+def test_streamed_text_offsets_equal_the_whole_answers(client, model_name):
+    request = {"model": model_name, "prompt": SPLIT_PROMPT, "echo": True, "logprobs": 0, "max_tokens": 6, "temperature": 0}
+    whole = client.completions.create(**request).choices[0]
+    chunks = [chunk.choices[0] for chunk in client.completions.create(**request, stream=True) if chunk.choices]
+    streamed = [offset for chunk in chunks if chunk.logprobs for offset in chunk.logprobs.text_offset]
+    assert "".join(chunk.text for chunk in chunks) == whole.text
+    assert streamed == whole.logprobs.text_offset
+    assert whole.logprobs.text_offset[:10] == [0, 1, 3, 4, 5, 5, 6, 9, 12, 14]
+
+
 def test_streamed_completion_equals_the_whole_one(client, model_name):
     whole = client.completions.create(model=model_name, prompt="Hello there", max_tokens=12, temperature=0)
     chunks = list(

@@ -237,10 +237,13 @@ def test_completion_logprobs_of_greedy_tokens_are_the_best(complete):
     assert len(logprobs.tokens) == len(logprobs.token_logprobs) == len(logprobs.top_logprobs) == 8
     if "\ufffd" not in "".join(logprobs.tokens):  # a token holding part of a character has no text of its own
         assert "".join(logprobs.tokens) == choice.text
+        assert logprobs.text_offset == [sum(len(t) for t in logprobs.tokens[:i]) for i in range(8)]
     for token, logprob, top in zip(logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs):
         assert 3 <= len(top) <= 4 and logprob <= 0
         assert top[token] == logprob == max(top.values())
-    assert logprobs.text_offset == [sum(len(t) for t in logprobs.tokens[:i]) for i in range(8)]
+    # Split characters counted once (tests/http/test_text_offsets.py has the rule).
+    offsets = logprobs.text_offset
+    assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] <= len(choice.text)
 
 
 def test_chat_logprobs(chat):

@@ -89,7 +89,10 @@ class StandInTokenizerManager:
 
     def generate(self, request: GenerateRequest) -> ScriptedOutputs:
         self.requests.append(request)
-        script = self.script if self.script is not None else (STREAMED if request.stream else WHOLE)
+        script = self.script
+        if script is None:  # the same pieces for every completion (n of each prompt)
+            pieces = STREAMED if request.stream else WHOLE
+            script = [dataclasses.replace(p, index=i) for i in range(request.num_completions) for p in pieces]
         self.outputs.append(ScriptedOutputs(request.rid or "rid-0", script))
         return self.outputs[-1]
 

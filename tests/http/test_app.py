@@ -98,6 +98,53 @@ async def test_models():
     assert isinstance(model["created"], int)
 
 
+async def test_retrieving_the_served_model_gives_its_entry_in_the_list():
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        listed = (await client.get("/v1/models")).json()["data"][0]
+        response = await client.get(f"/v1/models/{MODEL}")
+    assert response.status_code == 200 and response.json() == listed
+
+
+# Sent as is and percent-encoded (as the openai client sends it): the id arrives whole.
+MODEL_IDS = [
+    ("org/model", "/v1/models/org/model"),
+    ("org/model", "/v1/models/org%2Fmodel"),
+    ("org/sub/model-1.5B", "/v1/models/org%2Fsub%2Fmodel-1.5B"),
+    ("my model ☕", "/v1/models/my%20model%20%E2%98%95"),
+    ("50%2F50", "/v1/models/50%252F50"),  # decoded once only
+]
+
+
+@pytest.mark.parametrize("model, path", MODEL_IDS)
+async def test_model_ids_with_slashes_and_escapes(model, path):
+    manager = StandInTokenizerManager()
+    manager.served_model_name = model
+    async with client_for(create_app(manager)) as client:
+        response = await client.get(path)
+    assert response.status_code == 200, response.text
+    assert response.json()["id"] == model
+
+
+@pytest.mark.parametrize("path", ["/v1/models/gpt-4", f"/v1/models/{MODEL}/extra", f"/v1/models/{MODEL}%20", "/v1/models/"])
+async def test_another_model_is_an_openai_404_naming_the_served_one(path):
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        response = await client.get(path)
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", "model", "model_not_found")
+    assert MODEL in error["message"]
+
+
+async def test_models_answer_while_a_child_is_down():
+    # Only the configuration is needed: no 503 as the generation routes give.
+    async with client_for(create_app(StandInTokenizerManager(healthy=False))) as client:
+        listed = await client.get("/v1/models")
+        retrieved = await client.get(f"/v1/models/{MODEL}")
+        generated = await client.post("/v1/completions", json={"prompt": "Say"})
+    assert listed.status_code == retrieved.status_code == 200
+    assert generated.status_code == 503
+
+
 @pytest.mark.parametrize("healthy, status", [(True, 200), (False, 503)])
 async def test_health(healthy, status):
     async with client_for(create_app(StandInTokenizerManager(healthy=healthy))) as client:
@@ -140,9 +187,13 @@ async def test_api_key():
         wrong = await client.get("/v1/models", headers={"Authorization": "Bearer nope"})
         right = await client.get("/v1/models", headers={"Authorization": "Bearer sekret"})
         health = await client.get("/health")
-    assert missing.status_code == wrong.status_code == 401
+        # Retrieving a model, known or not, needs the key too.
+        one_missing = await client.get(f"/v1/models/{MODEL}")
+        other_missing = await client.get("/v1/models/other")
+        one_right = await client.get(f"/v1/models/{MODEL}", headers={"Authorization": "Bearer sekret"})
+    assert missing.status_code == wrong.status_code == one_missing.status_code == other_missing.status_code == 401
     assert wrong.json()["error"]["code"] == "invalid_api_key"
-    assert right.status_code == 200 and health.status_code == 200
+    assert right.status_code == 200 and health.status_code == 200 and one_right.status_code == 200
 
 
 async def test_a_body_over_the_limit_is_413_and_the_server_keeps_serving():
@@ -362,3 +413,27 @@ async def test_serve_http_listens_logs_and_stops(caplog):
     assert response.json() == {"status": "ok"}
     stop.set()
     await asyncio.wait_for(server, 10)
+
+
+async def test_the_openai_client_retrieves_a_model_with_slashes_over_real_http(caplog):
+    # uvicorn, not the ASGI test transport, decodes the path here: "org%2Fsub%20model" arrives whole.
+    import openai
+
+    caplog.set_level(logging.INFO, logger="tercet.http.server")
+    manager = StandInTokenizerManager()
+    manager.served_model_name = "org/sub model"
+    listening = asyncio.Event()
+    stop = asyncio.Event()
+    server = asyncio.ensure_future(serve_http(create_app(manager), "127.0.0.1", 0, stop.wait, on_listening=listening.set))
+    await asyncio.wait_for(listening.wait(), 5)
+    port = int(re.search(r"tercet listening on http://127\.0\.0\.1:(\d+)", caplog.text).group(1))
+    try:
+        async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0) as client:
+            model = await client.models.retrieve("org/sub model")
+            assert (model.id, model.object, model.owned_by) == ("org/sub model", "model", "tercet")
+            with pytest.raises(openai.NotFoundError) as refused:
+                await client.models.retrieve("org/other")
+            assert refused.value.code == "model_not_found" and "org/sub model" in refused.value.message
+    finally:
+        stop.set()
+        await asyncio.wait_for(server, 10)

@@ -12,9 +12,9 @@ from tercet.http.logprobs_format import (
     completion_logprobs,
     native_token_logprobs,
     native_top_logprobs,
-    text_length,
     token_strings_for,
 )
+from tercet.http.text_offsets import TextOffsets
 from tercet.messages import TokenLogprobs
 
 # A byte-level BPE vocabulary: "Ġ" is the space, "Ã©" the two bytes of "é",
@@ -102,7 +102,7 @@ def strings():
 
 
 def test_completion_logprobs_with_prompt_first():
-    block = completion_logprobs(strings(), TokenLogprobs.concat([PROMPT, OUTPUT]), 2, 0)
+    block = completion_logprobs(strings(), TokenLogprobs.concat([PROMPT, OUTPUT]), 2)
     assert block == {
         "tokens": [" Hi", " a", "é", "\n"],
         "token_logprobs": [None, -0.5, -0.25, -3.0],
@@ -110,13 +110,26 @@ def test_completion_logprobs_with_prompt_first():
         "top_logprobs": [None, {" a": -0.5, " Hi": -1.5}, {"é": -0.25, " Hi": -2.0}, {" a": -1.0, " Hi": -2.0, "\n": -3.0}],
         "text_offset": [0, 3, 5, 6],
     }
-    assert text_length(block) == 7
 
 
 def test_completion_logprobs_zero_top_still_has_the_chosen_token_and_offsets_continue():
-    block = completion_logprobs(strings(), OUTPUT, 0, 10)
+    offsets = TextOffsets()
+    completion_logprobs(strings(), PROMPT, 0, offsets)  # " Hi a": 5 characters
+    block = completion_logprobs(strings(), OUTPUT, 0, offsets)
     assert block["top_logprobs"] == [{"é": -0.25}, {"\n": -3.0}]
-    assert block["text_offset"] == [10, 11]
+    assert block["text_offset"] == [5, 6]
+
+
+def test_a_character_split_between_tokens_is_counted_once():
+    # "ä¸" + "ĸ" are the three bytes of "世": two "�" tokens, one character of " Hi世\n".
+    block = completion_logprobs(strings(), TokenLogprobs([1, 3, 4, 5], [None, -1.0, -1.0, -1.0], []), 0)
+    assert block["tokens"] == [" Hi", "\ufffd", "\ufffd", "\n"]
+    assert block["text_offset"] == [0, 3, 3, 4]
+    # Split across two chunks of a stream, the same.
+    offsets = TextOffsets()
+    first = completion_logprobs(strings(), TokenLogprobs([1, 3], [None, -1.0], []), 0, offsets)
+    second = completion_logprobs(strings(), TokenLogprobs([4, 5], [-1.0, -1.0], []), 0, offsets)
+    assert first["text_offset"] + second["text_offset"] == [0, 3, 3, 4]
 
 
 def test_chat_logprobs():
@@ -138,7 +151,7 @@ def test_native_logprobs():
 
 
 def test_non_finite_logprobs_become_a_json_number():
-    block = completion_logprobs(strings(), TokenLogprobs([2], [-math.inf], [[[2, -math.inf]]]), 1, 0)
+    block = completion_logprobs(strings(), TokenLogprobs([2], [-math.inf], [[[2, -math.inf]]]), 1)
     assert block["token_logprobs"] == [LOWEST_LOGPROB] and block["top_logprobs"] == [{"é": LOWEST_LOGPROB}]
 
 

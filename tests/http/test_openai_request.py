@@ -116,14 +116,44 @@ def test_lm_eval_loglikelihood_request():
 )
 def test_prompt_forms(prompt, text, input_ids):
     generate = parse_completion(prompt=prompt).generate_request
-    assert (generate.text, generate.input_ids) == (text, input_ids)
+    assert (generate.text, generate.input_ids, generate.is_batch) == (text, input_ids, False)
+
+
+@pytest.mark.parametrize("prompts", [["a", "", "c"], [[1, 2], [3], [4, 5, 6]]])
+def test_a_list_of_prompts_is_a_batch_sharing_the_rest(prompts):
+    request = parse_completion(prompt=prompts, n=2, max_tokens=3, echo=True, logprobs=1)
+    generate = request.generate_request
+    assert generate.prompts == prompts and (generate.text, generate.input_ids) == (None, None)
+    assert (request.num_prompts, request.n, generate.num_completions, generate.prompt_field) == (3, 2, 6, "prompt")
+    # Each prompt runs as if sent alone, with the same parameters and stream flag.
+    alone = generate.prompt_requests()
+    assert [r.text if isinstance(prompts[0], str) else r.input_ids for r in alone] == prompts
+    assert all((r.sampling_params, r.rid, r.is_batch) == (generate.sampling_params, request.id, False) for r in alone)
+
+
+@pytest.mark.parametrize(
+    "prompt, param, fragment",
+    [
+        (["a", [1]], "prompt", "may not mix"),
+        ([[1], "a"], "prompt", "may not mix"),
+        ([[1], 2], "prompt", "may not mix"),
+        (["a", None], "prompt", "may not mix"),
+        ([{"text": "a"}], "prompt", "must be a string"),
+        (["a", "b\ud800"], "prompt[1]", "lone surrogate"),
+        ([[1], []], "prompt[1]", "prompt[1] must be a non-empty list of token ids"),
+        ([[1], [2, 1000]], "prompt[1]", "each token id in prompt[1] must be an integer from 0 to 999"),
+        ([[1], [True]], "prompt[1]", "each token id in prompt[1]"),
+        ([[[1]], [2]], "prompt[0]", "each token id in prompt[0]"),
+    ],
+)
+def test_bad_prompt_lists_name_the_prompt(prompt, param, fragment):
+    error = error_of(parse_completion, prompt=prompt)
+    assert error.status_code == 400 and error.param == param and fragment in error.message
 
 
 @pytest.mark.parametrize(
     "prompt, fragment",
     [
-        (["a", "b"], "one prompt per request"),
-        ([[1], [2]], "one prompt per request"),
         ([], "non-empty"),
         (None, "required"),
         (5, "must be a string"),

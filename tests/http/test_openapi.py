@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import jsonschema_rs
 import openapi_spec_validator
@@ -10,6 +11,7 @@ import pytest
 import schemathesis
 from http_stand_in import MODEL, StandInTokenizerManager, client_for
 
+from tercet.config import ServerConfig
 from tercet.errors import RequestError
 from tercet.http import openapi
 from tercet.http.app import BUILTIN_ROUTES, create_app
@@ -39,15 +41,20 @@ def test_openapi_spec_validator_agrees():
 
 
 def test_every_builtin_route_is_described():
-    operations = {(path, method.lower()) for path, item in openapi.DOCUMENT["paths"].items() for method in item}
+    operations = {
+        (path, method.lower()) for path, item in openapi.DOCUMENT["paths"].items() for method in item if method != "parameters"
+    }
     for path, _, methods in BUILTIN_ROUTES:
+        # A route's "{model:path}" is the document's "{model}": the converter is starlette's.
+        documented_path = re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
         for method in methods:
-            assert (path, method.lower()) in operations
+            assert (documented_path, method.lower()) in operations
     expected = {
         ("/generate", "post"),
         ("/v1/completions", "post"),
         ("/v1/chat/completions", "post"),
         ("/v1/models", "get"),
+        ("/v1/models/{model}", "get"),
         ("/health", "get"),
         ("/health_generate", "get"),
         ("/flush_cache", "post"),
@@ -118,6 +125,38 @@ async def test_error_responses_match_the_error_schema(path, body, status):
         response = await client.post(path, json=body)
     assert response.status_code == status
     validator.validate(response.json())
+
+
+def _resolved(schema):
+    """``schema`` with its ``$ref``s to the document's components replaced by what they name."""
+    if isinstance(schema, list):
+        return [_resolved(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        return _resolved(openapi.DOCUMENT["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]])
+    return {key: _resolved(value) for key, value in schema.items()}
+
+
+def _response_schema(path: str, status: str) -> dict:
+    schema = openapi.DOCUMENT["paths"][path]["get"]["responses"][status]["content"]["application/json"]["schema"]
+    return _as_json_schema(_resolved(schema))
+
+
+@pytest.mark.parametrize(
+    "url, path, status",
+    [
+        ("/v1/models", "/v1/models", "200"),
+        (f"/v1/models/{MODEL}", "/v1/models/{model}", "200"),
+        ("/v1/models/other", "/v1/models/{model}", "404"),
+    ],
+)
+@pytest.mark.anyio
+async def test_model_responses_match_the_document(url, path, status):
+    async with client_for(create_app(StandInTokenizerManager())) as client:
+        response = await client.get(url)
+    assert str(response.status_code) == status
+    jsonschema_rs.validator_for(_response_schema(path, status)).validate(response.json())
 
 
 # -- the document's ranges are the parsers' ranges ---------------------------------
@@ -248,6 +287,23 @@ EDGE_BODIES = [
     ("/v1/completions", {"prompt": "x", "best_of": 1}),
     ("/v1/completions", {"prompt": "x", "suffix": ""}),
     ("/v1/completions", {"prompt": "x", "suffix": []}),
+    ("/v1/completions", {"prompt": ["a", "b"]}),
+    ("/v1/completions", {"prompt": ["a", ""]}),  # the stand-in tokenizes nothing, so no empty-prompt check
+    ("/v1/completions", {"prompt": [[1], [2, 3]]}),
+    ("/v1/completions", {"prompt": []}),
+    ("/v1/completions", {"prompt": ["a", [1]]}),
+    ("/v1/completions", {"prompt": [[1], 2]}),
+    ("/v1/completions", {"prompt": [[1], []]}),
+    ("/v1/completions", {"prompt": [[1], [STAND_IN_VOCAB]]}),
+    ("/v1/completions", {"prompt": [[[1]]]}),
+    ("/generate", {"text": ["a", "b"]}),
+    ("/generate", {"text": ["a"], "input_ids": None}),
+    ("/generate", {"text": []}),
+    ("/generate", {"text": ["a", 1]}),
+    ("/generate", {"text": None, "input_ids": [[0], [1, 2]]}),
+    ("/generate", {"input_ids": [[0], 1]}),
+    ("/generate", {"input_ids": [[0], []]}),
+    ("/generate", {"input_ids": [[0], [STAND_IN_VOCAB]]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}),
     ("/v1/chat/completions", {"messages": [{"role": "assistant"}, {"role": "user", "content": "hi"}]}),
@@ -299,3 +355,20 @@ def test_ranges_come_from_the_parsers_table():
         if isinstance(value_range, IntRange) and value_range.vocab_offset is None:
             assert NATIVE_SAMPLING["properties"][name]["minimum"] == value_range.minimum, name
             assert NATIVE_SAMPLING["properties"][name]["maximum"] == value_range.maximum, name
+
+
+@pytest.mark.anyio
+async def test_prompt_lists_are_bounded_by_the_servers_batch_limit():
+    completion = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["prompt"]
+    assert [branch.get("maxItems") for branch in completion["oneOf"]] == [None, None, 256, 256]
+    assert ServerConfig().max_prompts_per_request == 256
+    manager = StandInTokenizerManager()
+    manager.batch_limit = 3  # the TokenizerManager's: server.max_prompts_per_request, or what the server holds
+    async with client_for(create_app(manager, extra_routes=openapi.ROUTES)) as client:
+        served = (await client.get("/openapi.json")).json()
+    schemas = served["components"]["schemas"]
+    prompt = schemas["CompletionRequest"]["properties"]["prompt"]
+    assert [b.get("maxItems") for b in prompt["oneOf"]] == [None, None, 3, 3]
+    native = schemas["GenerateRequest"]["properties"]
+    assert [b.get("maxItems") for b in native["text"]["oneOf"]] == [None, 3]
+    assert [b.get("maxItems") for b in native["input_ids"]["oneOf"]] == [None, 3]
