@@ -122,6 +122,23 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_grammar_backends",
+        kind="grammar backend",
+        registry="grammar_backends",
+        config_key=("grammar", "backend"),
+        doc="""Register grammar backends (constrained decoding), chosen by ``[grammar] backend``.
+
+    ``register(name, factory)`` where ``factory(tokenizer)`` takes a
+    :class:`tercet.grammar.GrammarTokenizer` and returns a
+    :class:`tercet.grammar.GrammarBackend`: ``compile(kind, text)`` (called in
+    a worker thread, never on the scheduler's loop; raise
+    :class:`tercet.grammar.GrammarError` for a constraint it cannot compile,
+    which fails that request alone with a 400) and ``matcher(compiled)``, a
+    :class:`tercet.grammar.GrammarMatcher` per completion that fills the
+    step's token bitmask and advances on each sampled token.
+    """,
+    ),
+    ComponentKind(
         hook="register_message_types",
         kind="message type",
         registry="message_types",

@@ -134,6 +134,14 @@ class DetokenizerConfig:
 
 
 @dataclass(frozen=True)
+class GrammarConfig:
+    # The grammar backend that compiles json_schema / regex / ebnf constraints.
+    backend: str = "llguidance"
+    # Compiled grammars kept, by constraint, for requests that send the same one.
+    cache_size: int = _at_least(128, 1)
+
+
+@dataclass(frozen=True)
 class TercetConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -142,6 +150,7 @@ class TercetConfig:
     ipc: IpcConfig = field(default_factory=IpcConfig)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
+    grammar: GrammarConfig = field(default_factory=GrammarConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # [plugins] disable: entry-point plugins that are not loaded at all, in any process.

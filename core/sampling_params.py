@@ -107,7 +107,10 @@ OPENAI_PARAM_NAMES = {
     "max_new_tokens": "max_tokens",
     "min_new_tokens": "min_tokens",
     "top_logprobs_num": "top_logprobs",
+    "json_schema": "response_format",
 }
+# The constraints a grammar backend compiles; a request sets at most one.
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
 FLAG_FIELDS = ("ignore_eos", "skip_special_tokens", "no_stop_trim", "return_logprob", "return_prompt_logprob")
 
 
@@ -140,6 +143,12 @@ class SamplingParams:
     top_logprobs_num: int = 0
     # Log-probabilities of the prompt tokens too (OpenAI's echo with logprobs).
     return_prompt_logprob: bool = False
+    # Constrained decoding: a JSON Schema (as JSON text), a regular expression
+    # or an EBNF grammar the output must match; at most one. The scheduler's
+    # grammar backend compiles it and masks every step's logits.
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
 
     def validate(self, vocab_size: int | None = None) -> None:
         if not isinstance(self.stop_token_ids, list):
@@ -165,6 +174,28 @@ class SamplingParams:
         for name in FLAG_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise RequestError(f"{name} must be true or false", name)
+        constraints = [name for name in CONSTRAINT_FIELDS if getattr(self, name) is not None]
+        if len(constraints) > 1:
+            raise RequestError(f"give at most one of {', '.join(CONSTRAINT_FIELDS)}; got {', '.join(constraints)}",
+                               constraints[1])
+        if constraints and self.min_new_tokens:
+            # The grammar may allow nothing but EOS before min_tokens are out.
+            raise RequestError("min_tokens cannot be combined with a constrained output", "min_tokens")
+        for name in constraints:
+            value = getattr(self, name)
+            param = OPENAI_PARAM_NAMES.get(name, name)
+            if not isinstance(value, str) or not value:
+                raise RequestError(f"{param} must be a non-empty string", param)
+            check_text(value, param)
+
+    @property
+    def constraint(self) -> tuple[str, str] | None:
+        """``(kind, text)`` of the request's output constraint, if it has one."""
+        for name in CONSTRAINT_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                return name, value
+        return None
 
     def _ranged_values(self):
         """``(field, value)`` for every value :data:`FIELD_RANGES` bounds, in table order."""

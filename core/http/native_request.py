@@ -7,6 +7,8 @@ Log-probabilities are asked for at the top level, as SGLang does:
 ``return_logprob``, ``top_logprobs_num``, ``return_prompt_logprob`` (tercet's
 name) or SGLang's ``logprob_start_len`` (prompt log-probabilities from that
 position on; ``-1``, the default, for none) and ``return_text_in_logprobs``.
+The output constraints are SGLang's too: ``sampling_params.json_schema`` (JSON
+text, or the schema as an object), ``regex`` or ``ebnf``, at most one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tercet.http.openai_params import (
     parse_top_logprobs,
     renamed,
 )
+from tercet.http.structured_output import parse_native_json_schema
 from tercet.io_struct import GenerateRequest
 from tercet.sampling_params import MAX_TOKEN_COUNT, OPENAI_PARAM_NAMES, IntRange, SamplingParams, check_text, shown
 
@@ -118,6 +121,8 @@ def _sampling_params(raw: dict, vocab_size: int | None) -> SamplingParams:
             raw["stop"] = parse_stop(raw["stop"])
         if "logit_bias" in raw:
             raw["logit_bias"] = parse_logit_bias(raw["logit_bias"])
+        if "json_schema" in raw:
+            raw["json_schema"] = parse_native_json_schema(raw["json_schema"], "json_schema")
         params = SamplingParams(**raw)
         params.validate(vocab_size)
     except RequestError as error:

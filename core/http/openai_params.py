@@ -2,8 +2,10 @@
 
 Besides OpenAI's own fields, the extensions vLLM and SGLang accept on these
 routes (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
-``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``, ``no_stop_trim``)
-are taken too, so their clients work unchanged. A JSON ``null`` means "the default".
+``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``, ``no_stop_trim``,
+and SGLang's output constraints ``regex`` and ``ebnf``) are taken too, so their
+clients work unchanged. ``response_format`` is read by
+:mod:`tercet.http.structured_output`. A JSON ``null`` means "the default".
 The field parsers below are shared with ``/generate`` (:mod:`tercet.http.native_request`).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 
 from tercet.errors import RequestError
+from tercet.http.structured_output import parse_response_format
 from tercet.sampling_params import FIELD_RANGES, TOKEN_ID, SamplingParams, shown
 
 # OpenAI field -> SamplingParams field, passed through as sent (validate checks them).
@@ -30,6 +33,8 @@ DIRECT_FIELDS = {
     "skip_special_tokens": "skip_special_tokens",
     "no_stop_trim": "no_stop_trim",
     "n": "n",
+    "regex": "regex",
+    "ebnf": "ebnf",
 }
 # ASCII digits only (\d would take any script's), and few enough that int() is
 # quick and within Python's digit limit: past 20 no value is a token id anyway.
@@ -61,6 +66,7 @@ def sampling_params_from_body(
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
         return_prompt_logprob=return_prompt_logprob,
+        json_schema=parse_response_format(body.get("response_format")),
         **values,
     )
     renames = {"max_tokens": max_tokens_key, **(param_names or {})}

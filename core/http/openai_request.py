@@ -3,8 +3,10 @@
 Parsing validates everything the client sent and returns an :class:`OpenAIRequest`
 holding the :class:`GenerateRequest` for the TokenizerManager. Unknown fields are
 ignored, as OpenAI-compatible servers do, so newer clients keep working; known
-fields whose behaviour tercet does not have (tools, JSON mode, ``suffix``,
-``best_of``) are a 400 rather than an answer that silently ignores them.
+fields whose behaviour tercet does not have (tools, ``suffix``, ``best_of``)
+are a 400 rather than an answer that silently ignores them. ``response_format``
+(JSON mode and JSON Schemas) is taken on both routes
+(:mod:`tercet.http.structured_output`).
 """
 
 from __future__ import annotations
@@ -134,7 +136,6 @@ UNSUPPORTED_CHAT_FIELDS = {
     "functions": "function calling is not supported",
     "function_call": "function calling is not supported",
     "tool_choice": "tool calling is not supported",
-    "response_format": "only plain text responses are supported (no JSON mode or schema)",
     "echo": "echo is only supported on /v1/completions",
 }
 
@@ -183,7 +184,7 @@ async def parse_chat_completion_request(
 def _refuse_unsupported_chat_fields(body: dict) -> None:
     for key, reason in UNSUPPORTED_CHAT_FIELDS.items():
         value = body.get(key)
-        harmless = not value or value in ("none", "auto") or value == {"type": "text"}
+        harmless = not value or value in ("none", "auto")
         if not harmless:
             raise RequestError(f"{key}: {reason}", key)
 

@@ -13,6 +13,7 @@ from tercet.http.chat_messages import CHAT_ROLES
 from tercet.http.native_request import LOGPROB_START_LEN
 from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
 from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
+from tercet.http.structured_output import SCHEMA_NAME_PATTERN
 from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID, IntRange, NumberRange
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -84,6 +85,37 @@ def _logit_bias() -> dict:
     }
 
 
+def _constraint(description: str) -> dict:
+    # Only the shape: the grammar backend may still refuse what it cannot compile (a 400).
+    return {"type": "string", "minLength": 1, "description": f"{description}; at most one output constraint"}
+
+
+def _response_format() -> dict:
+    """OpenAI's ``response_format``: each ``type`` is a branch, so a branch's fields are checked only for it."""
+
+    def branch(kind: str, **properties) -> dict:
+        required = ("type", *properties)
+        return object_schema({"type": {"type": "string", "enum": [kind]}, **properties}, required=required)
+
+    json_schema = object_schema(
+        {
+            "name": {"type": "string", "pattern": SCHEMA_NAME_PATTERN},
+            "description": nullable({"type": "string"}),
+            # A JSON Schema is an object or a boolean.
+            "schema": nullable({
+                "oneOf": [{"type": "object"}, {"type": "boolean"}],
+                "description": "a JSON Schema; left out: any JSON object",
+            }),
+            "strict": nullable({"type": "boolean", "description": "the schema is always enforced"}),
+        },
+        required=("name",),
+    )
+    return {
+        "oneOf": [branch("text"), branch("json_object"), branch("json_schema", json_schema=json_schema)],
+        "description": "the output's format: plain text, any JSON object, or JSON matching a schema",
+    }
+
+
 def _sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> dict:
     """The fields shared by every route, by their ``/generate`` names (tercet's own)."""
 
@@ -109,6 +141,8 @@ def _sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> di
         "no_stop_trim": {"type": "boolean"},
         "logit_bias": _logit_bias(),
         "n": sampling_field("n"),
+        "regex": _constraint("a regular expression the whole output matches"),
+        "ebnf": _constraint("an EBNF (GBNF) grammar the output matches"),
     }
 
 
@@ -155,6 +189,10 @@ def generate_request(
         "return_logprob": nullable({"type": "boolean"}),
         "top_logprobs_num": nullable(_top_logprobs()),
         "return_prompt_logprob": nullable({"type": "boolean"}),
+        "json_schema": nullable({
+            "oneOf": [{"type": "string", "minLength": 1}, {"type": "object"}],
+            "description": "a JSON Schema as JSON text (or as an object); at most one output constraint",
+        }),
     })
     one_text, one_prompt = {"type": "string"}, _token_ids(vocab_size, min_items=1)
     text = {
@@ -194,6 +232,7 @@ def completion_request(
         "echo": nullable({"type": "boolean"}),
         "best_of": nullable(ranged(FIELD_RANGES["n"], description="only equal to n")),
         "suffix": nullable({"type": "string", "maxLength": 0, "description": "not supported"}),
+        "response_format": nullable(_response_format()),
         **_stream_fields(),
         **_scheduling_fields(),
     }
@@ -225,6 +264,7 @@ def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int
         "max_completion_tokens": sampling["max_tokens"],
         "logprobs": nullable({"type": "boolean"}),
         "top_logprobs": nullable({**_top_logprobs(), "description": "needs logprobs: true"}),
+        "response_format": nullable(_response_format()),
         **_stream_fields(),
         **_scheduling_fields(),
     }

@@ -80,6 +80,7 @@ def set_paused(scheduler, paused: bool) -> dict:
 
 def abort_all(scheduler) -> dict:
     victims = list(scheduler.running) + [req for leader in scheduler.waiting for req in leader.group]
+    victims += [req for group in scheduler.grammars.drop_all() for req in group]
     scheduler.running, scheduler.waiting = [], []
     for req in victims:
         req.followers = []

@@ -81,10 +81,33 @@ class ModelStep:
             return
         if rows != list(range(len(fed))):
             logits = logits[rows]
+        logits = self.constrained(sampled, logits)
         for req, choice in zip(sampled, sample_rows(self.scheduler, sampled, logits)):
-            if choice is not None:
+            if choice is not None and not req.is_finished:
                 self.take_token(req, choice)
         self.scheduler.running = [req for req in self.scheduler.running if not req.is_finished]
+
+    def constrained(self, sampled: list[Req], logits):
+        """``logits`` with every constrained row masked to the tokens its grammar allows."""
+        rows = [row for row, req in enumerate(sampled) if req.grammar is not None]
+        if not rows:
+            return logits
+        from tercet.model.grammar_mask import mask_rows, new_bitmask
+
+        bitmask = new_bitmask(len(rows), logits.shape[1])
+        for position, row in enumerate(rows):
+            sampled[row].grammar.fill_bitmask(bitmask, position)
+        dead = [position for position, row in enumerate(rows) if not bitmask[position].any()]
+        for position in dead:
+            # A grammar that allows nothing (not even EOS) cannot go on: that
+            # request ends; its row is sampled unmasked and the token dropped.
+            req = sampled[rows[position]]
+            self.scheduler.failures.record("grammar", f"the output constraint of request {req.rid!r} allows no token")
+            self.scheduler.fail(req, "its output constraint, which allows no next token")
+        live = [position for position in range(len(rows)) if position not in dead]
+        if not live:
+            return logits
+        return mask_rows(logits, [rows[position] for position in live], bitmask[live])
 
     def advance_cached_tokens(self, fed: list[Req], feeds: list[list[int]]) -> None:
         """What was fed is now in the KV cache; a prompt just completed is shared with the prefix cache."""
@@ -124,6 +147,15 @@ class ModelStep:
         if req.sampling_params.return_logprob:
             req.unsent_logprobs.append(choice.logprob)
             req.unsent_top_logprobs.append(choice.top_logprobs)
+        if req.grammar is not None:
+            if not req.grammar.accept(choice.token_id):
+                scheduler.failures.record("grammar", f"the grammar of request {req.rid!r} refused its sampled token")
+                scheduler.fail(req, "advancing its output constraint")
+                return
+            if req.grammar.is_complete():
+                # The output is a whole match: nothing but EOS could follow.
+                scheduler.finish(req, FinishReason("stop"))
+                return
         try:
             reason = scheduler.stop_conditions.check(req)
         except Exception:

@@ -45,6 +45,8 @@ class Req:
     unsent_logprobs: list[float] = field(default_factory=list)
     unsent_top_logprobs: list[list] = field(default_factory=list)
     prompt_logprobs: TokenLogprobs | None = None
+    # The completion's place in its output constraint (a tercet.grammar.GrammarMatcher), if it has one.
+    grammar: object | None = None
 
     @property
     def all_token_ids(self) -> list[int]:

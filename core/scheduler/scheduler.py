@@ -34,9 +34,10 @@ from tercet.errors import RequestError
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
-from tercet.sampling_params import MAX_N, SamplingParams
+from tercet.sampling_params import MAX_N, OPENAI_PARAM_NAMES, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
+from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.control import answer, builtin_control_handlers
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
@@ -51,6 +52,8 @@ from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger(__name__)
 EDGE_FROM_TOKENIZER = "edge 1 (TokenizerManager -> scheduler)"
+# How often an otherwise idle loop looks for a finished grammar compile.
+GRAMMAR_POLL_MS = 2
 
 
 def completion_seed(seed: int, index: int) -> int:
@@ -80,6 +83,10 @@ class Scheduler:
         )
         self.admission = Admission(self, config.scheduler)
         self.model_step = ModelStep(self, config.scheduler.chunked_prefill_size)
+        self.grammars = GrammarCompiler(
+            lambda: context.registries.chosen("grammar_backends", config)(grammar_tokenizer(tokenizer, model_runner)),
+            config.grammar.cache_size,
+        )
 
         serializer = context.create_serializer()
         self.zmq_context = zmq.Context()
@@ -136,7 +143,8 @@ class Scheduler:
 
     def receive_and_dispatch(self, block: bool) -> None:
         if block:
-            self.receiver.poll(timeout_ms=None)
+            # A grammar compiling in its thread: look again soon rather than wait for a message.
+            self.receiver.poll(timeout_ms=GRAMMAR_POLL_MS if self.grammars.pending else None)
         with self.timer.stage("receive"):
             for message in self.receiver.receive_pending():
                 self.dispatch(message)
@@ -150,6 +158,8 @@ class Scheduler:
         return self.is_paused or not self.running and (not self.waiting or self.waiting_is_stuck)
 
     def run_step(self) -> None:
+        if self.grammars.pending:
+            self.admit_compiled_grammars()
         if not self.is_paused:
             with self.timer.stage("schedule"):
                 admitted = self.admission.admit_waiting_requests()
@@ -182,7 +192,20 @@ class Scheduler:
             for req in group:
                 self.finish(req, reason)
             return
+        if message.sampling_params.constraint is not None:
+            self.grammars.submit(group)  # joins the waiting queue once compiled
+            return
         self.waiting.append(group[0])
+
+    def admit_compiled_grammars(self) -> None:
+        for group, error in self.grammars.take_ready():
+            if error is None:
+                self.waiting.append(group[0])
+                continue
+            param = OPENAI_PARAM_NAMES.get(group[0].sampling_params.constraint[0], group[0].sampling_params.constraint[0])
+            reason = FinishReason("abort", message=f"{param}: {error}", status_code=400)
+            for req in group:
+                self.finish(req, reason)
 
     def request_group(self, message: TokenizedGenerateReq) -> list[Req]:
         """The n completions of one prompt: a leader, and followers waiting inside it."""
@@ -250,6 +273,9 @@ class Scheduler:
         self.finish(req, self.internal_failure(what))
 
     def handle_abort_request(self, message: AbortReq) -> None:
+        for group in self.grammars.drop({message.rid}):
+            for req in group:  # the rest of the group ends too: it was never started
+                self.finish(req, FinishReason("abort", message="aborted"))
         for req in self.running:
             if req.rid == message.rid:
                 for leader in self.running:
@@ -310,6 +336,7 @@ class Scheduler:
                 send_outputs_contained(self, ready)
 
     def close(self) -> None:
+        self.grammars.close()
         self.receiver.close()
         self.sender_to_detokenizer.close()
         self.sender_to_tokenizer.close()

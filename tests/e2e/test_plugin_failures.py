@@ -100,11 +100,17 @@ def test_a_raising_policy_and_a_raising_detokenizer_fail_only_what_they_touched(
     assert error["type"] == "internal_error" and "internal error" in error["message"]
 
     streamed = generate(server, skip_special_tokens=False, stream=True)
-    assert streamed.status_code == 200  # the failure came after the stream started...
-    events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]"
-    assert len(events) >= 3 and "text" in json.loads(events[0])
-    assert json.loads(events[-2])["error"]["type"] == "internal_error", events  # ...so it is an error event
+    if streamed.status_code == 200:  # the failure came after the stream started...
+        events = [line[len("data: "):] for line in streamed.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert len(events) >= 3 and "text" in json.loads(events[0])
+        assert json.loads(events[-2])["error"]["type"] == "internal_error", events  # ...so it is an error event
+    else:
+        # On a busy machine the API process can read the strategy's failure
+        # together with the first outputs, before it commits the stream: then
+        # the failure is the answer's own status.
+        assert streamed.status_code == 500, streamed.text
+        assert streamed.json()["error"]["type"] == "internal_error"
 
     long_request.join(timeout=300)
     assert long_answer["response"].status_code == 200

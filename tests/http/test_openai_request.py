@@ -318,7 +318,7 @@ def test_chat_logprobs(body, expected):
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"tool_choice": "required"}, "tool_choice"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"response_format": {"type": "json"}}, "response_format.type"),
         ({"echo": True}, "echo"),
         ({"logit_bias": {"x": 1}}, "logit_bias"),
         ({"n": 0}, "n"),

@@ -253,6 +253,29 @@ def _request_schema(path: str) -> dict:
     return _as_json_schema(schema)
 
 
+HI = {"role": "user", "content": "hi"}
+RESPONSE_FORMATS = [
+    None,
+    {"type": "text"},
+    {"type": "json_object"},
+    {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "object"}}},
+    {"type": "json_schema", "json_schema": {"name": "n", "schema": False, "strict": True, "description": "d"}},
+    {"type": "json_schema", "json_schema": {"name": "n", "schema": None, "strict": None, "description": None}},
+    {"type": "json_schema", "json_schema": {"name": "n"}},
+    {"type": "json_object", "json_schema": 1},
+    {},
+    {"type": "json"},
+    {"type": "json_schema"},
+    {"type": "json_schema", "json_schema": None},
+    {"type": "json_schema", "json_schema": {"schema": {}}},
+    {"type": "json_schema", "json_schema": {"name": "a b"}},
+    {"type": "json_schema", "json_schema": {"name": "a" * 65}},
+    {"type": "json_schema", "json_schema": {"name": "n", "schema": "{}"}},
+    {"type": "json_schema", "json_schema": {"name": "n", "strict": 1}},
+    {"type": "json_schema", "json_schema": {"name": "n", "description": 1}},
+    "json_object",
+]
+
 # Bodies on the edge of what the document allows (schemathesis found the first
 # disagreements): for each, the schema and the parser must give the same answer.
 EDGE_BODIES = [
@@ -310,6 +333,25 @@ EDGE_BODIES = [
     ("/v1/chat/completions", {"messages": [{"role": "assistant", "content": None}, {"role": "user", "content": "hi"}]}),
     ("/v1/chat/completions", {"messages": [{"role": "developer", "content": "a"}, {"role": "user", "content": "b"}]}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream_options": {}}),
+    *[
+        (path, {**body, "response_format": response_format})
+        for path, body in (("/v1/completions", {"prompt": "x"}), ("/v1/chat/completions", {"messages": [HI]}))
+        for response_format in RESPONSE_FORMATS
+    ],
+    ("/v1/completions", {"prompt": "x", "regex": "a+"}),
+    ("/v1/completions", {"prompt": "x", "regex": ""}),
+    ("/v1/chat/completions", {"messages": [HI], "ebnf": 'root ::= "a"'}),
+    ("/v1/chat/completions", {"messages": [HI], "ebnf": 5}),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": "{}"}}),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": {"type": "string"}}}),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": ""}}),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": True}}),
+    ("/generate", {"text": "x", "sampling_params": {"json_schema": ["{}"]}}),
+    ("/generate", {"text": "x", "sampling_params": {"regex": "a"}}),
+    ("/generate", {"text": "x", "sampling_params": {"regex": ""}}),
+    ("/generate", {"text": "x", "sampling_params": {"ebnf": 'root ::= "a"'}}),
+    ("/generate", {"text": "x", "sampling_params": {"ebnf": None}}),
+    ("/generate", {"text": "x", "sampling_params": {"ebnf": {}}}),
 ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import pytest
 import zmq
 
@@ -84,7 +86,7 @@ class Harness:
             for output in self.step():
                 for rid, new_ids in zip(output.rids, output.new_token_ids):
                     tokens.setdefault(rid, []).extend(new_ids)
-            if not (self.scheduler.running or self.scheduler.waiting):
+            if not (self.scheduler.running or self.scheduler.waiting or self.scheduler.grammars.pending):
                 return tokens
         raise AssertionError("requests did not finish")
 
@@ -96,5 +98,7 @@ class Harness:
             for message in self.scheduler.receiver.receive_pending():
                 self.scheduler.dispatch(message)
                 self.num_received += 1
+        # A grammar compiles in a worker thread: wait for it (the real loop polls instead).
+        concurrent.futures.wait([future for _, future in self.scheduler.grammars.pending])
         self.scheduler.run_step()
         return [m for m in self.outputs.receive_pending()] if self.outputs.poll(1000) else []

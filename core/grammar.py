@@ -1,0 +1,62 @@
+"""The contract between the scheduler and a grammar backend plugin (constrained decoding).
+
+A request may constrain its output (``SamplingParams.json_schema``, ``regex``
+or ``ebnf``). The scheduler hands the constraint to the configured backend,
+off its loop, to compile once for the served tokenizer (compiled grammars are
+cached by constraint); each of the request's completions then gets its own
+matcher. Every step, each constrained row's matcher writes the tokens it
+allows into a bitmask, the sampler masks the row's logits with it, and the
+sampled token advances the matcher. Rows without a constraint pay nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+class GrammarError(ValueError):
+    """A constraint the backend cannot compile; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class GrammarTokenizer:
+    """What a backend needs to know about the served vocabulary."""
+
+    tokenizer_json: str  # the tokenizers library's serialised tokenizer
+    vocab_size: int  # the model's logits width (may exceed the tokenizer's)
+    eos_token_ids: frozenset[int]
+
+
+class GrammarMatcher(abc.ABC):
+    """One completion's position in its grammar."""
+
+    @abc.abstractmethod
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        """Write the tokens allowed next into ``bitmask[row]`` (int32 words, bit ``t % 32``
+        of word ``t // 32`` for token ``t``); the EOS tokens once the grammar may end."""
+
+    @abc.abstractmethod
+    def accept(self, token_id: int) -> bool:
+        """Advance past ``token_id``; False when the grammar does not allow it."""
+
+    @abc.abstractmethod
+    def is_complete(self) -> bool:
+        """The output so far is a whole match: nothing but EOS may follow."""
+
+
+class GrammarBackend(abc.ABC):
+    """Compiles constraints for one tokenizer; ``compile`` runs in a worker thread."""
+
+    @abc.abstractmethod
+    def compile(self, kind: str, text: str) -> object:
+        """A compiled grammar for ``kind`` ("json_schema", "regex" or "ebnf") and its text;
+        raise :class:`GrammarError` naming the problem when it cannot be compiled."""
+
+    @abc.abstractmethod
+    def matcher(self, compiled: object) -> GrammarMatcher:
+        """A fresh matcher at the start of ``compiled``."""

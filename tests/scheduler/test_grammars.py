@@ -1,0 +1,99 @@
+"""Constrained decoding in the scheduler: compiled off the loop, masks on constrained rows only."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tercet.messages import AbortReq, TokenizedGenerateReq
+from tercet.sampling_params import SamplingParams
+from tercet.tokenizer import load_tokenizer
+
+SCHEMA = json.dumps({
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+})
+
+
+def params(max_new_tokens=60, temperature=1.0, **extra):
+    return SamplingParams(**{"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": 7, **extra})
+
+
+def run(harness, *messages):
+    """Every request's output ids and finish reason."""
+    for message in messages:
+        harness.send(message)
+    tokens, reasons = {}, {}
+    for _ in range(500):
+        for output in harness.step():
+            for rid, new_ids, reason in zip(output.rids, output.new_token_ids, output.finished_reasons):
+                tokens.setdefault(rid, []).extend(new_ids)
+                if reason is not None:
+                    reasons[rid] = reason
+        scheduler = harness.scheduler
+        if not (scheduler.running or scheduler.waiting or scheduler.grammars.pending):
+            return tokens, reasons
+    raise AssertionError("requests did not finish")
+
+
+def test_a_json_schema_makes_the_output_valid_json_of_that_schema(harness, tiny_llama_dir):
+    tokenizer = load_tokenizer(str(tiny_llama_dir))
+    tokens, reasons = run(harness, *[
+        TokenizedGenerateReq(f"r{seed}", [5, 6, 7], params(json_schema=SCHEMA, seed=seed)) for seed in range(3)
+    ])
+    for rid in ("r0", "r1", "r2"):
+        # The grammar ended the output: a whole match, finished as "stop".
+        assert reasons[rid].kind == "stop"
+        document = json.loads(tokenizer.decode(tokens[rid]))
+        assert set(document) == {"name", "age"} and 0 <= document["age"] <= 99 and len(document["name"]) <= 6
+
+
+def test_unconstrained_rows_are_untouched_by_a_constrained_neighbour(make_harness):
+    alone, beside = make_harness(), make_harness()
+    plain = TokenizedGenerateReq("plain", [9, 8, 7, 6], params(20, temperature=0.0, ignore_eos=True))
+    tokens_alone, _ = run(alone, plain)
+    tokens_beside, _ = run(beside, plain, TokenizedGenerateReq("json", [5, 6, 7], params(json_schema=SCHEMA)))
+    assert tokens_beside["plain"] == tokens_alone["plain"]
+
+
+def test_a_regex_and_n_completions_each_with_its_own_matcher(harness, tiny_llama_dir):
+    tokenizer = load_tokenizer(str(tiny_llama_dir))
+    tokens, reasons = run(harness, TokenizedGenerateReq("phone", [5, 6, 7], params(regex=r"\d{3}-\d{4}", n=2)))
+    assert set(reasons) == {"phone#0", "phone#1"}
+    for rid in reasons:
+        assert re.fullmatch(r"\d{3}-\d{4}", tokenizer.decode(tokens[rid]))
+
+
+def test_a_schema_that_cannot_compile_fails_its_request_alone_with_a_400(harness):
+    _, reasons = run(
+        harness,
+        TokenizedGenerateReq("bad", [5, 6, 7], params(json_schema='{"type": "nonsense"}')),
+        TokenizedGenerateReq("good", [5, 6, 7], params(8, ignore_eos=True)),
+    )
+    assert reasons["bad"].status_code == 400
+    assert "response_format" in reasons["bad"].message and "nonsense" in reasons["bad"].message
+    assert reasons["good"].kind == "length"
+
+
+def test_compiled_grammars_are_cached_by_constraint(harness):
+    run(harness, TokenizedGenerateReq("first", [5, 6], params(regex="(yes|no)")))
+    compiled = dict(harness.scheduler.grammars._cache)
+    run(harness, TokenizedGenerateReq("second", [5, 6], params(regex="(yes|no)")))
+    assert dict(harness.scheduler.grammars._cache) == compiled and len(compiled) == 1
+
+
+def test_a_request_aborted_while_its_grammar_compiles_ends_at_once(harness):
+    harness.send(TokenizedGenerateReq("slow", [5, 6, 7], params(json_schema=SCHEMA)))
+    harness.send(AbortReq("slow"))
+    while harness.num_received < harness.num_sent:
+        assert harness.scheduler.receiver.poll(5000)
+        for message in harness.scheduler.receiver.receive_pending():
+            harness.scheduler.dispatch(message)
+            harness.num_received += 1
+    assert not harness.scheduler.grammars.pending
+    harness.scheduler.run_step()
+    outputs = harness.outputs.receive_pending() if harness.outputs.poll(5000) else []
+    reasons = [reason for output in outputs for reason in output.finished_reasons if reason]
+    assert [reason.kind for reason in reasons] == ["abort"]
