@@ -21,8 +21,10 @@ logger = logging.getLogger(__name__)
 
 
 class GrammarCompiler:
-    def __init__(self, backend_factory, cache_size: int):
+    def __init__(self, backend_factory, cache_size: int, plugin_name: str | None = None):
         self._backend_factory = backend_factory
+        # Who registered the backend, for the failure counts.
+        self.plugin_name = plugin_name
         self._backend: GrammarBackend | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-compile")
         self._cache: collections.OrderedDict[tuple[str, str], Future] = collections.OrderedDict()
@@ -53,9 +55,10 @@ class GrammarCompiler:
         kind, text = key
         return self.backend.compile(kind, text)
 
-    def take_ready(self) -> list[tuple[list[Req], str | None]]:
+    def take_ready(self) -> list[tuple[list[Req], tuple[int, str] | None]]:
         """Groups whose compile finished: ``(group, None)`` with a matcher on every
-        completion, or ``(group, error message)`` when the constraint cannot be compiled."""
+        completion, or ``(group, (status, message))``: 400 for a constraint that
+        cannot be compiled, 500 for a backend that failed."""
         ready, still = [], []
         for group, future in self.pending:
             if not future.done():
@@ -65,19 +68,22 @@ class GrammarCompiler:
         self.pending = still
         return ready
 
-    def _attach_matchers(self, group: list[Req], future: Future) -> str | None:
+    def _attach_matchers(self, group: list[Req], future: Future) -> tuple[int, str] | None:
         error = future.exception()
         if error is not None:
             self._forget(future)
             if isinstance(error, GrammarError):
-                return str(error)
+                return 400, str(error)
             logger.error("compiling a grammar failed", exc_info=error)
-            return f"the constraint could not be compiled ({type(error).__name__})"
+            return 500, f"the grammar backend failed compiling the constraint ({type(error).__name__})"
         try:
             for req in group:
                 req.grammar = self.backend.matcher(future.result())
         except GrammarError as error:
-            return str(error)
+            return 400, str(error)
+        except Exception:  # the backend is a plugin: its failure ends this request only
+            logger.error("the grammar backend failed making a matcher", exc_info=True)
+            return 500, "the grammar backend failed on the constraint"
         return None
 
     def _forget(self, future: Future) -> None:

@@ -94,16 +94,27 @@ class ModelStep:
             return logits
         from tercet.model.grammar_mask import mask_rows, new_bitmask
 
+        scheduler = self.scheduler
         bitmask = new_bitmask(len(rows), logits.shape[1])
+        dead = []
         for position, row in enumerate(rows):
-            sampled[row].grammar.fill_bitmask(bitmask, position)
-        dead = [position for position, row in enumerate(rows) if not bitmask[position].any()]
+            req = sampled[row]
+            try:
+                req.grammar.fill_bitmask(bitmask, position)
+            except Exception:
+                # The backend is a plugin: its failure ends this request only.
+                scheduler.failures.record("grammar", f"the grammar backend failed on request {req.rid!r}",
+                                          plugin=scheduler.grammars.plugin_name)
+                dead.append(position)
+                continue
+            if not bitmask[position].any():
+                # A grammar that allows nothing (not even EOS) cannot go on.
+                scheduler.failures.record("grammar", f"the output constraint of request {req.rid!r} allows no token",
+                                          plugin=scheduler.grammars.plugin_name, with_traceback=False)
+                dead.append(position)
         for position in dead:
-            # A grammar that allows nothing (not even EOS) cannot go on: that
-            # request ends; its row is sampled unmasked and the token dropped.
-            req = sampled[rows[position]]
-            self.scheduler.failures.record("grammar", f"the output constraint of request {req.rid!r} allows no token")
-            self.scheduler.fail(req, "its output constraint, which allows no next token")
+            # That request ends; its row is sampled unmasked and the token dropped.
+            scheduler.fail(sampled[rows[position]], "its output constraint")
         live = [position for position in range(len(rows)) if position not in dead]
         if not live:
             return logits
@@ -148,11 +159,17 @@ class ModelStep:
             req.unsent_logprobs.append(choice.logprob)
             req.unsent_top_logprobs.append(choice.top_logprobs)
         if req.grammar is not None:
-            if not req.grammar.accept(choice.token_id):
-                scheduler.failures.record("grammar", f"the grammar of request {req.rid!r} refused its sampled token")
+            try:
+                accepted = req.grammar.accept(choice.token_id)
+                complete = accepted and req.grammar.is_complete()
+            except Exception:
+                accepted = complete = False
+            if not accepted:
+                scheduler.failures.record("grammar", f"the grammar of request {req.rid!r} did not take its sampled token",
+                                          plugin=scheduler.grammars.plugin_name)
                 scheduler.fail(req, "advancing its output constraint")
                 return
-            if req.grammar.is_complete():
+            if complete:
                 # The output is a whole match: nothing but EOS could follow.
                 scheduler.finish(req, FinishReason("stop"))
                 return

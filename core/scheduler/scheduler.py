@@ -83,9 +83,11 @@ class Scheduler:
         )
         self.admission = Admission(self, config.scheduler)
         self.model_step = ModelStep(self, config.scheduler.chunked_prefill_size)
+        grammar_backends = context.registries.grammar_backends
         self.grammars = GrammarCompiler(
-            lambda: context.registries.chosen("grammar_backends", config)(grammar_tokenizer(tokenizer, model_runner)),
+            lambda: grammar_backends.get(config.grammar.backend)(grammar_tokenizer(tokenizer, model_runner)),
             config.grammar.cache_size,
+            plugin_name=grammar_backends.entries[config.grammar.backend].plugin_name,
         )
 
         serializer = context.create_serializer()
@@ -202,8 +204,9 @@ class Scheduler:
             if error is None:
                 self.waiting.append(group[0])
                 continue
-            param = OPENAI_PARAM_NAMES.get(group[0].sampling_params.constraint[0], group[0].sampling_params.constraint[0])
-            reason = FinishReason("abort", message=f"{param}: {error}", status_code=400)
+            status, message = error
+            kind = group[0].sampling_params.constraint[0]
+            reason = FinishReason("abort", message=f"{OPENAI_PARAM_NAMES.get(kind, kind)}: {message}", status_code=status)
             for req in group:
                 self.finish(req, reason)
 

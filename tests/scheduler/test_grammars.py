@@ -97,3 +97,39 @@ def test_a_request_aborted_while_its_grammar_compiles_ends_at_once(harness):
     outputs = harness.outputs.receive_pending() if harness.outputs.poll(5000) else []
     reasons = [reason for output in outputs for reason in output.finished_reasons if reason]
     assert [reason.kind for reason in reasons] == ["abort"]
+
+
+class RaisingMatcher:
+    def fill_bitmask(self, bitmask, row):
+        raise RuntimeError("a bug in the grammar backend")
+
+    def accept(self, token_id):
+        raise RuntimeError("a bug in the grammar backend")
+
+    def is_complete(self):
+        return False
+
+
+class RaisingBackend:
+    def compile(self, kind, text):
+        return text
+
+    def matcher(self, compiled):
+        if compiled == "no matcher":
+            raise RuntimeError("a bug in the grammar backend")
+        return RaisingMatcher()
+
+
+def test_a_raising_grammar_backend_ends_only_the_requests_it_serves(harness):
+    harness.scheduler.grammars._backend = RaisingBackend()
+    _, reasons = run(
+        harness,
+        TokenizedGenerateReq("masked", [5, 6, 7], params(regex="a+")),
+        TokenizedGenerateReq("unmade", [5, 6, 7], params(regex="no matcher")),
+        TokenizedGenerateReq("plain", [5, 6, 7], params(6, ignore_eos=True)),
+    )
+    assert reasons["masked"].status_code == 500
+    assert reasons["unmade"].status_code == 500 and "grammar backend failed" in reasons["unmade"].message
+    assert reasons["plain"].kind == "length"
+    counts = harness.scheduler.failures.as_dict()
+    assert counts["by_kind"]["grammar"] == 1 and counts["by_plugin"] == {"llguidance_grammar": 1}
