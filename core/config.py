@@ -1,6 +1,6 @@
 """Configuration: frozen dataclasses resolved from defaults < TOML < environment < command line.
 
-Every key is declared here once, with its type and, where it has them, its
+Every key is declared once, in :mod:`tercet.config_sections`, with its type and, where it has them, its
 allowed values; an unknown key or a bad value is a ConfigError naming it.
 Plugin names (policy, backend, ...) are checked against the installed plugins
 separately, by :func:`check_plugin_choices`, since only the plugin manager
@@ -14,150 +14,29 @@ import json
 import os
 import sys
 import typing
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tercet.component_kinds import COMPONENT_KINDS
 from tercet.byte_size import parse_byte_size
+from tercet.component_kinds import COMPONENT_KINDS
+# The sections, declared in tercet.config_sections; importing them from here works too.
+from tercet.config_sections import (  # noqa: F401 (re-exported)
+    DTYPE_NAMES,
+    AttentionConfig,
+    CacheConfig,
+    DetokenizerConfig,
+    GrammarConfig,
+    IpcConfig,
+    ModelConfig,
+    SchedulerConfig,
+    ServerConfig,
+    TercetConfig,
+)
 from tercet.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-def _choice(default, *choices):
-    return field(default=default, metadata={"choices": choices})
-
-
-def _at_least(default, minimum):
-    return field(default=default, metadata={"min": minimum})
-
-
-# The weight and KV dtypes a model runs in (torch's names); "auto" picks one by device.
-DTYPE_NAMES = ("float32", "bfloat16")
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    # A Hugging Face checkpoint directory or a .gguf file; None: the built-in default model.
-    path: str | None = None
-    # Activations' (and the KV cache's) dtype. auto: bfloat16 on CUDA or when
-    # any weight is quantized (the quantized kernels run in bfloat16), else float32.
-    dtype: str = _choice("auto", "auto", *DTYPE_NAMES)
-    served_model_name: str | None = None  # None: the model's name (its directory, or its GGUF file's stem)
-    device: str = _choice("auto", "auto", "cpu", "cuda")
-    # The linear method of every linear layer (a registered name: dense, int8,
-    # q4_0, q4_1, q8_0, …), or "auto" (each tensor in the format it was shipped
-    # in) or "none" (dense, dequantizing a GGUF).
-    quantization: str = "auto"
-    # Bytes for the KV pool (an integer or a size such as "512MiB"); the pool
-    # holds as many tokens as fit. cache.max_total_tokens, when set, wins.
-    kv_cache_memory: str = field(default="192MiB", metadata={"byte_size": True})
-    # On CPU, a quantized linear layer fed this many rows (tokens in one step)
-    # or more runs on a bfloat16 copy of its weights kept beside its codes:
-    # torch's weight-only kernels lose to dense bfloat16 from 8 rows on. 0: no
-    # copy (2 bytes a weight less), the quantized kernels at every batch size.
-    dense_from_rows: int = _at_least(8, 0)
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    port: int = field(default=30000, metadata={"min": 0, "max": 65535})
-    # Unset: no authentication. Set: never blank or a placeholder (see check_api_key).
-    api_key: str | None = field(default=None, metadata={"refuses_placeholders": True})
-    log_level: str = _choice("info", "debug", "info", "warning", "error")
-    startup_timeout: float = _at_least(900.0, 1.0)
-    # Seconds GET /health_generate waits for its one-token generation before answering 503.
-    health_generate_timeout: float = _at_least(20.0, 0.1)
-    # A child process that dies later: stop the server ("exit"), or keep it up
-    # answering 503 on health checks and generation ("unhealthy").
-    on_child_failure: str = _choice("exit", "exit", "unhealthy")
-    # A scheduler step (or any busy stretch without progress) longer than this
-    # many seconds counts as the scheduler failing: it is killed, and
-    # on_child_failure applies.
-    watchdog_timeout: float = _at_least(300.0, 0.1)
-    # On SIGTERM/SIGINT new requests get 503 and requests in flight get up to
-    # this many seconds to finish before they are ended and the children stopped.
-    shutdown_timeout: float = _at_least(30.0, 0.0)
-    # Request bodies larger than this are refused with 413 before they are parsed.
-    max_request_body_bytes: int = _at_least(16 * 1024 * 1024, 1024)
-    # Most completions one list-prompt request may ask for, prompts × n: a longer
-    # batch is a 400 (the body size alone would let through tens of thousands).
-    max_prompts_per_request: int = _at_least(256, 1)
-    # Seconds between "where the time goes" log lines of each process (receive,
-    # schedule, forward, sampling, output, detokenize…); 0 turns profiling off.
-    profile_interval: float = _at_least(0.0, 0.0)
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    policy: str = "fcfs"
-    max_running_requests: int = _at_least(32, 1)
-    max_queued_requests: int = _at_least(4096, 1)
-    # Most prompt tokens one step may prefill, across all prefilling requests;
-    # a longer prompt is split into chunks over several steps.
-    chunked_prefill_size: int = _at_least(4096, 1)
-    # Data-parallel ranks: scheduler processes, each with its own model replica and KV pool.
-    dp_size: int = field(default=1, metadata={"min": 1, "max": 16})
-    # How the TokenizerManager picks a rank for each new request.
-    load_balance: str = _choice("round_robin", "round_robin", "shortest_queue")
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    # Tokens in the KV pool; None: as many as model.kv_cache_memory holds.
-    max_total_tokens: int | None = _at_least(None, 16)
-    page_size: int = _at_least(16, 1)
-    # Share the KV of common prompt prefixes between requests (a radix tree of pages).
-    prefix_cache: bool = True
-
-
-@dataclass(frozen=True)
-class IpcConfig:
-    transport: str = "ipc"
-    serializer: str = "msgpack"
-    # Interface tcp endpoints bind to; loopback unless ranks live on other hosts.
-    tcp_host: str = "127.0.0.1"
-
-
-@dataclass(frozen=True)
-class AttentionConfig:
-    backend: str = "torch_native"
-
-
-@dataclass(frozen=True)
-class DetokenizerConfig:
-    strategy: str = "incremental"
-
-
-@dataclass(frozen=True)
-class GrammarConfig:
-    # The grammar backend that compiles json_schema / regex / ebnf constraints.
-    backend: str = "llguidance"
-    # Compiled grammars kept, by constraint, for requests that send the same one.
-    cache_size: int = _at_least(128, 1)
-
-
-@dataclass(frozen=True)
-class TercetConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    server: ServerConfig = field(default_factory=ServerConfig)
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    cache: CacheConfig = field(default_factory=CacheConfig)
-    ipc: IpcConfig = field(default_factory=IpcConfig)
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
-    detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
-    grammar: GrammarConfig = field(default_factory=GrammarConfig)
-    # [plugins.<name>] tables, passed to plugins as they are.
-    plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # [plugins] disable: entry-point plugins that are not loaded at all, in any process.
-    disabled_plugins: tuple[str, ...] = ()
-
-    def replace(self, section: str, **changes) -> "TercetConfig":
-        return dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **changes)})
 
 
 SECTIONS: dict[str, type] = {

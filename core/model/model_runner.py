@@ -28,7 +28,7 @@ from tercet.weight_formats import BLOCK_FORMATS
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
-# The runner's defaults are the configuration's: the limits are written once, in core/config.py.
+# The runner's defaults are the configuration's: the limits are written once, in core/config_sections.py.
 _CACHE, _SCHEDULER, _MODEL = CacheConfig(), SchedulerConfig(), ModelConfig()
 
 
