@@ -17,7 +17,7 @@ import json
 from datetime import datetime
 
 import jinja2
-from jinja2 import nodes
+from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -78,6 +78,15 @@ def render_chat(
         documents=documents,
         add_generation_prompt=add_generation_prompt,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def template_renders_tools(template: str) -> bool:
+    """Whether the template reads the ``tools`` variable, so can offer tools to the model itself."""
+    try:
+        return "tools" in meta.find_undeclared_variables(_environment().parse(template))
+    except jinja2.TemplateError:
+        return False  # rendering it reports the error
 
 
 @functools.lru_cache(maxsize=8)

@@ -139,6 +139,21 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_tool_call_parsers",
+        kind="tool-call parser",
+        registry="tool_call_parsers",
+        config_key=("tools", "parser"),
+        doc="""Register tool-call parsers, chosen by ``[tools] parser``.
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.tool_calls.ToolCallParser`: one tool-call format. It finds
+    the calls in a chat completion's text (incrementally, so they stream), and
+    writes tools, past calls and tool results as text for a model whose chat
+    template cannot render them. It runs in the API server's process; a call
+    that raises ends that request alone with a 500, counted against its plugin.
+    """,
+    ),
+    ComponentKind(
         hook="register_message_types",
         kind="message type",
         registry="message_types",

@@ -30,6 +30,7 @@ from tercet.config_sections import (  # noqa: F401 (re-exported)
     SchedulerConfig,
     ServerConfig,
     TercetConfig,
+    ToolsConfig,
 )
 from tercet.errors import ConfigError
 

@@ -127,6 +127,12 @@ class GrammarConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    # The tool-call parser: how tool calls are written in the model's output.
+    parser: str = "hermes"
+
+
+@dataclass(frozen=True)
 class TercetConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -136,6 +142,7 @@ class TercetConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # [plugins] disable: entry-point plugins that are not loaded at all, in any process.

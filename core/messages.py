@@ -26,6 +26,9 @@ class FinishReason:
     # HTTP status the client gets.
     status_code: int | None = None
     matched_text: str | None = None
+    # For such an abort: the sampling parameter at fault (``json_schema`` for
+    # one that cannot be compiled, say); each route names it its own way.
+    param: str | None = None
 
     def to_json(self) -> dict:
         data: dict = {"type": self.kind}

@@ -22,6 +22,7 @@ from __future__ import annotations
 from tercet.containment import ContainedFailures
 from tercet.control_messages import ControlReply, ControlRequest
 from tercet.errors import ConfigError, RequestError, TercetError
+from tercet.grammar import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
 from tercet.hookspecs import hookimpl
 from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.messages import FinishReason, MessageRegistry, TokenLogprobs, UnknownMessageError
@@ -30,6 +31,7 @@ from tercet.sampling_params import SamplingParams
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.stats import SchedulerStats
+from tercet.tool_calls import ToolCall, ToolCallParse, ToolCallParser, read_call_object
 
 API_VERSION = "1.0"
 
@@ -45,6 +47,10 @@ __all__ = [
     "FinishReason",
     "GenerateOutput",
     "GenerateRequest",
+    "GrammarBackend",
+    "GrammarError",
+    "GrammarMatcher",
+    "GrammarTokenizer",
     "MessageRegistry",
     "PrefixCacheView",
     "RequestError",
@@ -55,6 +61,10 @@ __all__ = [
     "SchedulingPolicy",
     "TercetError",
     "TokenLogprobs",
+    "ToolCall",
+    "ToolCallParse",
+    "ToolCallParser",
     "UnknownMessageError",
     "hookimpl",
+    "read_call_object",
 ]

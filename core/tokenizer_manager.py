@@ -33,6 +33,7 @@ from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlReply, ControlRequest
 from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
+from tercet.http.chat_tools import ChatTools
 from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.messages import (
     AbortReq,
@@ -90,6 +91,8 @@ class TokenizerManager:
         self.communicators: dict[type, Communicator] = {}
         # This process's contained failures, and those the detokenizer reports (it logs its own).
         self.failures = ContainedFailures("server", logger)
+        # Tool calls are found in chat answers here, in the API process.
+        self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.detokenizer_failures = ContainedFailures("detokenizer", logger)
         self.async_zmq_context = zmq.asyncio.Context()
         self.receiver = AsyncMessageReceiver(
@@ -149,17 +152,23 @@ class TokenizerManager:
         """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
         return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, function, *args)
 
-    async def tokenize_chat(self, messages: list[dict], max_new_tokens: int = 0) -> list[int]:
+    async def tokenize_chat(
+        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+    ) -> list[int]:
         """:meth:`apply_chat_template` off the event loop."""
-        return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens)
+        return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens, tools, generation_prefix)
 
-    def apply_chat_template(self, messages: list[dict], max_new_tokens: int = 0) -> list[int]:
-        """The conversation's prompt tokens. Blocks for as long as tokenizing takes:
-        from the event loop, await :meth:`tokenize_chat` instead."""
+    def apply_chat_template(
+        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+    ) -> list[int]:
+        """The conversation's prompt tokens (``tools`` for a template that renders
+        them, ``generation_prefix`` after the generation prompt). Blocks for as
+        long as tokenizing takes: from the event loop, await :meth:`tokenize_chat` instead."""
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         except Exception as error:  # template errors are the request's fault
             raise RequestError(f"messages could not be formatted with the chat template: {error}", "messages") from None
+        text += generation_prefix
         # Rendering is quick string work; measuring the rendered text (not the
         # messages' contents, which a template may trim or leave out) keeps the
         # bound sound before the slow part. The template writes the special

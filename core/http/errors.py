@@ -97,7 +97,8 @@ def raise_if_refused(finish_reason: FinishReason | None) -> None:
     (it can never fit, the queue is full…): the client gets that status, not a
     normal completion with ``finish_reason: "abort"``."""
     if finish_reason is not None and finish_reason.kind == "abort" and finish_reason.status_code is not None:
-        raise RequestError(finish_reason.message or "the request was refused", None, finish_reason.status_code)
+        raise RequestError(finish_reason.message or "the request was refused", finish_reason.param,
+                           finish_reason.status_code)
 
 
 async def read_json_object(request: Request) -> dict:

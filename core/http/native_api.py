@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tercet.errors import RequestError
 from tercet.http.errors import raise_if_refused, read_json_object
 from tercet.http.generation import (
     ChoiceAccumulator,
@@ -28,10 +29,12 @@ from tercet.http.generation import (
 )
 from tercet.http.logprobs_format import TokenStrings, native_token_logprobs, native_top_logprobs, token_strings_for
 from tercet.http.native_request import NativeRequest, parse_generate_request
+from tercet.http.openai_params import renamed
 from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.http.sse import EventStreamResponse, event_stream
 from tercet.io_struct import GenerateOutput
 from tercet.messages import TokenLogprobs
+from tercet.sampling_params import CONSTRAINT_FIELDS
 
 NO_LOGPROBS = TokenLogprobs([], [], [])
 
@@ -41,7 +44,10 @@ async def generate(request: Request, tokenizer_manager) -> Response:
     native_request = parse_generate_request(body, tokenizer_manager.vocab_size)
     strings = token_strings_for(tokenizer_manager.tokenizer) if native_request.return_text_in_logprobs else None
     generate_request = with_scheduling_fields(native_request.generate_request, body, request)
-    stream = await open_generation(request, tokenizer_manager, generate_request)
+    try:
+        stream = await open_generation(request, tokenizer_manager, generate_request)
+    except RequestError as error:  # a refusal names a sampling parameter
+        raise renamed(error, {field: f"sampling_params.{field}" for field in CONSTRAINT_FIELDS}) from None
     if generate_request.stream:
         events = _cumulative_outputs(native_request, stream, strings)
         return EventStreamResponse(event_stream(events), on_close=stream.aclose)

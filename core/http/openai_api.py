@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tercet.errors import RequestError
 from tercet.http.errors import APIError, read_json_object
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
 from tercet.http.logprobs_format import TokenStrings, token_strings_for
+from tercet.http.openai_params import renamed
 from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request, parse_completion_request
 from tercet.http.openai_response import chat_completion_response, completion_response
 from tercet.http.openai_stream import chat_completion_chunks, completion_chunks
@@ -41,6 +43,7 @@ async def create_chat_completion(request: Request, tokenizer_manager) -> Respons
         tokenizer_manager.context_len,
         tokenizer_manager.tokenize_chat,
         tokenizer_manager.vocab_size,
+        tokenizer_manager.chat_tools,
     )
     openai_request = _with_scheduling_fields(openai_request, body, request)
     return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)
@@ -74,7 +77,10 @@ async def _respond(
     build_chunks: ChunkBuilder,
 ) -> Response:
     strings = _token_strings(tokenizer_manager, openai_request)
-    stream = await open_generation(request, tokenizer_manager, openai_request.generate_request)
+    try:
+        stream = await open_generation(request, tokenizer_manager, openai_request.generate_request)
+    except RequestError as error:  # a refusal names a sampling parameter: here, the field it came from
+        raise renamed(error, {"json_schema": openai_request.constraint_field}) from None
     if openai_request.stream:
         chunks = build_chunks(openai_request, stream, strings)
         return EventStreamResponse(event_stream(chunks), on_close=stream.aclose)

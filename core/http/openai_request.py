@@ -11,6 +11,7 @@ are a 400 rather than an answer that silently ignores them. ``response_format``
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,15 @@ from dataclasses import dataclass
 from tercet.errors import RequestError
 from tercet.http.chat_messages import parse_messages
 from tercet.http.errors import APIError
-from tercet.http.openai_params import parse_flag, parse_token_ids, parse_top_logprobs, sampling_params_from_body
+from tercet.http.openai_params import (
+    parse_flag,
+    parse_token_ids,
+    parse_top_logprobs,
+    renamed,
+    sampling_params_from_body,
+)
+from tercet.http.tool_output import ToolCallReader
+from tercet.http.tool_request import parse_tool_request
 from tercet.io_struct import GenerateRequest
 from tercet.sampling_params import check_text, shown
 
@@ -38,6 +47,10 @@ class OpenAIRequest:
     include_usage: bool = False
     # Completions only: return the prompt before each completion's text.
     echo: bool = False
+    # Chat with tools: how the answer is searched for tool calls (None: it is not).
+    tool_reader: ToolCallReader | None = None
+    # The request field a JSON Schema constraint came from, for the error when it cannot be compiled.
+    constraint_field: str = "response_format"
 
     @property
     def stream(self) -> bool:
@@ -132,10 +145,6 @@ def _refuse_suffix_and_best_of(body: dict) -> None:
 
 # Chat fields whose feature tercet lacks: sending them (with a non-default value) is a 400.
 UNSUPPORTED_CHAT_FIELDS = {
-    "tools": "tool calling is not supported",
-    "functions": "function calling is not supported",
-    "function_call": "function calling is not supported",
-    "tool_choice": "tool calling is not supported",
     "echo": "echo is only supported on /v1/completions",
 }
 
@@ -144,15 +153,21 @@ async def parse_chat_completion_request(
     body: dict,
     served_model_name: str,
     context_len: int,
-    tokenize_chat: Callable[[list[dict], int], Awaitable[list[int]]],
+    tokenize_chat: Callable[..., Awaitable[list[int]]],
     vocab_size: int | None = None,
+    chat_tools=None,
 ) -> OpenAIRequest:
-    """``tokenize_chat(messages, max_new_tokens)`` templates and tokenizes the
-    conversation (off the event loop, in the server), refusing one too long
-    for ``max_new_tokens`` more tokens."""
+    """``tokenize_chat(messages, max_new_tokens, tools, generation_prefix)``
+    templates and tokenizes the conversation (off the event loop, in the
+    server), refusing one too long for ``max_new_tokens`` more tokens.
+    ``chat_tools`` (:class:`tercet.http.chat_tools.ChatTools`) serves requests
+    that send tools; without it they are refused."""
     model = _check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
     _refuse_unsupported_chat_fields(body)
+    tool_request = parse_tool_request(body)
+    if tool_request is not None and chat_tools is None:
+        raise RequestError("tools: tool calling is not available on this server", "tools")
     logprobs, top_logprobs = _chat_logprob_flags(body)
     # max_completion_tokens is OpenAI's newer name; it wins when both are sent.
     max_tokens_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
@@ -160,7 +175,11 @@ async def parse_chat_completion_request(
     # A bad max_tokens is refused below, with its own message; the size check here then reserves none.
     is_sound = isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and 0 <= max_tokens <= context_len
     reserved = max_tokens if is_sound else 0
-    input_ids = await tokenize_chat(parse_messages(body.get("messages")), reserved)
+    messages, tools, prefix = parse_messages(body.get("messages")), None, ""
+    if chat_tools is not None:
+        messages, tools = chat_tools.conversation(messages, tool_request)
+        prefix = chat_tools.generation_prefix(tool_request)
+    input_ids = await tokenize_chat(messages, reserved, tools, prefix)
     room = context_len - len(input_ids)
     if room <= 0 and max_tokens is None:
         raise RequestError(
@@ -176,16 +195,24 @@ async def parse_chat_completion_request(
         top_logprobs_num=top_logprobs,
         vocab_size=vocab_size,
     )
+    if tool_request is not None and tool_request.is_forced:
+        params = dataclasses.replace(params, json_schema=tool_request.forced_call_schema())
+        try:
+            params.validate(vocab_size)  # a constraint rules out some settings (min_tokens)
+        except RequestError as error:
+            raise renamed(error, {"max_tokens": max_tokens_key}) from None
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     generate_request = GenerateRequest(params, input_ids=input_ids, stream=stream, rid=request_id)
-    return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage)
+    tool_reader = chat_tools.reader(tool_request) if chat_tools is not None else None
+    constraint_field = tool_request.schema_field if tool_request is not None and tool_request.is_forced else "response_format"
+    return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage,
+                         tool_reader=tool_reader, constraint_field=constraint_field)
 
 
 def _refuse_unsupported_chat_fields(body: dict) -> None:
     for key, reason in UNSUPPORTED_CHAT_FIELDS.items():
         value = body.get(key)
-        harmless = not value or value in ("none", "auto")
-        if not harmless:
+        if value:
             raise RequestError(f"{key}: {reason}", key)
 
 

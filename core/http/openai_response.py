@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tercet.http.logprobs_format import TokenStrings, chat_logprobs, completion_logprobs
 from tercet.http.openai_request import OpenAIRequest
+from tercet.http.tool_output import finish_reason_with_calls
 from tercet.io_struct import GenerateOutput
 from tercet.messages import FinishReason, TokenLogprobs
 
@@ -94,17 +95,17 @@ def completion_chunk(
 
 
 def chat_completion_response(request: OpenAIRequest, outputs: list[GenerateOutput], strings: TokenStrings | None) -> dict:
-    choices = [
-        {
-            "index": output.index,
-            "message": {"role": "assistant", "content": output.text},
-            "logprobs": chat_logprobs(strings, output_logprobs(output), request.num_top_logprobs)
-            if request.wants_logprobs
-            else None,
-            "finish_reason": openai_finish_reason(output.finish_reason),
-        }
-        for output in outputs
-    ]
+    choices = []
+    for output in outputs:
+        message = {"role": "assistant", "content": output.text}
+        finish_reason = openai_finish_reason(output.finish_reason)
+        if request.tool_reader is not None:
+            message = request.tool_reader.message(output.text)
+            finish_reason = finish_reason_with_calls(output.finish_reason, "tool_calls" in message)
+        logprobs = None
+        if request.wants_logprobs:
+            logprobs = chat_logprobs(strings, output_logprobs(output), request.num_top_logprobs)
+        choices.append({"index": output.index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason})
     return {**_envelope(request, "chat.completion"), "choices": choices, "usage": usage_of(outputs)}
 
 

@@ -23,6 +23,7 @@ from tercet.http.openai_response import (
     usage_chunk,
 )
 from tercet.http.text_offsets import TextOffsets
+from tercet.http.tool_output import ToolCallDeltas, finish_reason_with_calls
 from tercet.io_struct import GenerateOutput
 
 
@@ -119,15 +120,26 @@ async def chat_completion_chunks(
     for index in range(request.n):
         yield chat_completion_chunk(request, index, {"role": "assistant", "content": ""})
     progress = ChoiceProgress(request.n)  # a chat has one prompt
+    tool_deltas = None
+    if request.tool_reader is not None:
+        tool_deltas = [ToolCallDeltas(request.tool_reader) for _ in range(request.n)]
     async for piece in stream:
         progress.note(piece)
         logprobs = None
         if request.wants_logprobs and piece.token_ids:
             logprobs = chat_logprobs(strings, output_logprobs(piece), request.num_top_logprobs)
-        if piece.text or logprobs:
-            yield chat_completion_chunk(request, piece.index, {"content": piece.text}, logprobs)
+        if tool_deltas is None:
+            deltas = [{"content": piece.text}] if piece.text else []
+        else:
+            deltas = tool_deltas[piece.index].add(piece.text, piece.finished)
+        if logprobs and not deltas:
+            deltas = [{"content": ""}]  # the log-probabilities of text still held back
+        for position, delta in enumerate(deltas):
+            yield chat_completion_chunk(request, piece.index, delta, logprobs if position == 0 else None)
         if piece.finished:
-            yield chat_completion_chunk(request, piece.index, {}, None, openai_finish_reason(piece.finish_reason))
+            has_calls = tool_deltas is not None and tool_deltas[piece.index].has_calls
+            finish_reason = finish_reason_with_calls(piece.finish_reason, has_calls)
+            yield chat_completion_chunk(request, piece.index, {}, None, finish_reason)
         if progress.all_finished:
             if request.include_usage:
                 yield progress.usage_chunk(request, "chat.completion.chunk")

@@ -14,6 +14,7 @@ from tercet.http.native_request import LOGPROB_START_LEN
 from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
 from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
 from tercet.http.structured_output import SCHEMA_NAME_PATTERN
+from tercet.http.tool_request import FUNCTION_NAME_PATTERN, TOOL_CHOICE_MODES
 from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID, IntRange, NumberRange
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -245,14 +246,68 @@ def _chat_message() -> dict:
     )
     content = {"oneOf": [{"type": "string"}, {"type": "array", "items": text_part}]}
     # As OpenAI: only an assistant turn (one that called tools, there) may have no content.
-    other_roles = [role for role in (*CHAT_ROLES, "developer") if role != "assistant"]
+    other_roles = [role for role in (*CHAT_ROLES, "developer") if role not in ("assistant", "tool")]
     speaking = object_schema(
         {"role": {"type": "string", "enum": other_roles}, "content": content}, required=("role", "content")
     )
-    assistant = object_schema(
-        {"role": {"type": "string", "enum": ["assistant"]}, "content": nullable(content)}, required=("role",)
+    non_empty = {"type": "string", "minLength": 1}
+    tool_result = object_schema(
+        {"role": {"type": "string", "enum": ["tool"]}, "content": content, "tool_call_id": non_empty},
+        required=("role", "content", "tool_call_id"),
     )
-    return {"oneOf": [speaking, assistant], "description": "content may be left out or null only on an assistant turn"}
+    call = object_schema(
+        {
+            "id": non_empty,
+            "type": {"type": "string", "enum": ["function"]},
+            "function": object_schema(
+                {"name": non_empty, "arguments": {"type": "string", "description": "JSON text"}}, required=("name",)
+            ),
+        },
+        required=("id", "function"),
+    )
+    assistant = object_schema(
+        {
+            "role": {"type": "string", "enum": ["assistant"]},
+            "content": nullable(content),
+            "tool_calls": nullable({"type": "array", "items": call}),
+        },
+        required=("role",),
+    )
+    return {
+        "oneOf": [speaking, tool_result, assistant],
+        "description": "content may be left out or null only on an assistant turn",
+    }
+
+
+def _tool_fields() -> dict:
+    function = object_schema(
+        {
+            "name": {"type": "string", "pattern": FUNCTION_NAME_PATTERN},
+            "description": nullable({"type": "string"}),
+            "parameters": nullable({"type": "object", "description": "a JSON Schema of the arguments object"}),
+            "strict": nullable({"type": "boolean"}),
+        },
+        required=("name",),
+    )
+    tool = object_schema({"type": {"type": "string", "enum": ["function"]}, "function": function},
+                         required=("type", "function"))
+    named = object_schema(
+        {
+            "type": {"type": "string", "enum": ["function"]},
+            "function": object_schema({"name": {"type": "string"}}, required=("name",)),
+        },
+        required=("type", "function"),
+    )
+    return {
+        "tools": nullable({"type": "array", "items": tool}),
+        "tool_choice": nullable({
+            "oneOf": [{"type": "string", "enum": list(TOOL_CHOICE_MODES)}, named],
+            "description": "a named function must be one of the tools",
+        }),
+        "parallel_tool_calls": nullable({"type": "boolean"}),
+        "functions": {"description": "not supported: send tools", "nullable": True},
+        "function_call": {"description": "not supported: send tool_choice", "nullable": True},
+    }
 
 
 def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int | None = None) -> dict:
@@ -265,6 +320,7 @@ def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int
         "logprobs": nullable({"type": "boolean"}),
         "top_logprobs": nullable({**_top_logprobs(), "description": "needs logprobs: true"}),
         "response_format": nullable(_response_format()),
+        **_tool_fields(),
         **_stream_fields(),
         **_scheduling_fields(),
     }

@@ -74,13 +74,13 @@ def _json_schema_format(json_schema) -> str:
     schema = json_schema.get("schema")
     if schema is None:
         return ANY_JSON_OBJECT
-    return _schema_text(schema, f"{where}.schema")
+    return schema_text(schema, f"{where}.schema")
 
 
 def parse_native_json_schema(json_schema, param: str) -> str:
     """``/generate``'s ``json_schema``: JSON text of a schema (SGLang's form), or the schema object itself."""
     if isinstance(json_schema, dict):
-        return _schema_text(json_schema, param)
+        return schema_text(json_schema, param)
     if not isinstance(json_schema, str) or not json_schema:
         raise RequestError(
             f"{param} must be a JSON Schema as a non-empty string of JSON text, or as an object; "
@@ -94,11 +94,11 @@ def parse_native_json_schema(json_schema, param: str) -> str:
         raise RequestError(f"{param} is not valid JSON: {error}", param) from None
     except RecursionError:
         raise RequestError(f"{param} is nested too deeply to be read", param) from None
-    _schema_text(schema, param)  # the same checks as a schema sent as an object
+    schema_text(schema, param)  # the same checks as a schema sent as an object
     return json_schema
 
 
-def _schema_text(schema, param: str) -> str:
+def schema_text(schema, param: str) -> str:
     """A schema (an object or a boolean, as JSON Schema allows) as JSON text."""
     if not isinstance(schema, (dict, bool)):
         raise RequestError(f"{param} must be a JSON Schema: an object or a boolean, got {shown(schema)}", param)

@@ -34,7 +34,7 @@ from tercet.errors import RequestError
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
 from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
-from tercet.sampling_params import MAX_N, OPENAI_PARAM_NAMES, SamplingParams
+from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
@@ -206,7 +206,7 @@ class Scheduler:
                 continue
             status, message = error
             kind = group[0].sampling_params.constraint[0]
-            reason = FinishReason("abort", message=f"{OPENAI_PARAM_NAMES.get(kind, kind)}: {message}", status_code=status)
+            reason = FinishReason("abort", message=f"{kind}: {message}", status_code=status, param=kind)
             for req in group:
                 self.finish(req, reason)
 

@@ -222,7 +222,8 @@ def test_a_schema_the_backend_cannot_compile_is_a_400_and_others_still_run(post)
         refused, served = [f.result() for f in refused], [f.result() for f in served]
     for response in refused:
         assert response.status_code == 400, response.text
-        assert "nonsense" in response.json()["error"]["message"], response.text
+        error = response.json()["error"]
+        assert "nonsense" in error["message"] and error["param"] == "response_format", response.text
     for response in served:
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["finish_reason"] == "length"
@@ -237,7 +238,8 @@ def test_a_schema_the_backend_cannot_compile_is_a_400_and_others_still_run(post)
          "response_format.json_schema.name"),
         (chat_body("Hi", response_format={"type": "xml"}), "response_format.type"),
         (chat_body("Hi", response_format={"type": "json_object"}, regex="a"), "regex"),
-        (chat_body("Hi", tools=[{"type": "function", "function": {"name": "f"}}]), "tools"),
+        (chat_body("Hi", tools=[{"type": "function", "function": {"name": "f"}}],
+                   tool_choice={"type": "function", "function": {"name": "g"}}), "tool_choice.function.name"),
     ],
 )
 def test_bad_shapes_are_refused_before_compiling(post, body, param):

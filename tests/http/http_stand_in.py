@@ -11,11 +11,14 @@ import httpx
 from tercet.containment import ContainedFailures
 from tercet.control_messages import ControlReply
 from tercet.http.app import create_app
+from tercet.http.chat_tools import ChatTools
 from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.messages import FinishReason, TokenLogprobs
+from tercet.plugins.hermes_tool_parser import HermesToolCallParser
 
 MODEL = "stand-in-model"
-HANG = object()  # script item: wait until cancelled or closed
+HANG = object()
+TEXT_ONLY_TEMPLATE = "{% for message in messages %}{{ message.role }}: {{ message.content }}\n{% endfor %}"  # script item: wait until cancelled or closed
 
 
 def piece(text, token_ids, finish=None, completion_tokens=None, **fields) -> GenerateOutput:
@@ -79,12 +82,18 @@ class StandInTokenizerManager:
         self.failures = ContainedFailures("server")
         self.requests: list[GenerateRequest] = []
         self.templated: list[list[dict]] = []
+        self.generation_prefixes: list[str] = []
+        # The built-in parser, with a template that cannot render tools (as the default model's).
+        self.chat_tools = ChatTools(HermesToolCallParser(), "hermes_tool_parser", self.failures, TEXT_ONLY_TEMPLATE)
         self.outputs: list[ScriptedOutputs] = []
         self.controls: list[type] = []  # control request types, in the order asked
         self.rank_of_rid: dict[str, int] = {}
 
-    async def tokenize_chat(self, messages: list[dict], max_new_tokens: int = 0) -> list[int]:
+    async def tokenize_chat(
+        self, messages: list[dict], max_new_tokens: int = 0, tools=None, generation_prefix: str = ""
+    ) -> list[int]:
         self.templated.append(messages)
+        self.generation_prefixes.append(generation_prefix)
         return [1] * (4 * len(messages))
 
     def generate(self, request: GenerateRequest) -> ScriptedOutputs:

@@ -12,7 +12,7 @@ CONTEXT_LEN = 100
 VOCAB_SIZE = 1000
 
 
-async def fake_chat_template(messages: list[dict], max_new_tokens: int) -> list[int]:
+async def fake_chat_template(messages: list[dict], max_new_tokens: int, tools=None, generation_prefix="") -> list[int]:
     # Ten tokens per message is enough to check the "fill the context" default.
     return [7] * (10 * len(messages))
 

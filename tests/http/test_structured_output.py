@@ -21,7 +21,7 @@ SCHEMA = {
 }
 
 
-async def fake_chat_template(messages: list[dict], max_new_tokens: int) -> list[int]:
+async def fake_chat_template(messages: list[dict], max_new_tokens: int, tools=None, generation_prefix="") -> list[int]:
     return [7] * (10 * len(messages))
 
 
@@ -150,9 +150,10 @@ def test_plain_text_with_a_regex_is_one_constraint():
     assert chat_params(response_format={"type": "text"}, regex="a+").constraint == ("regex", "a+")
 
 
-def test_tools_are_still_refused():
+def test_tools_without_a_tool_call_parser_are_refused():
+    # Parsing alone (no server's ChatTools) cannot serve tools: a 400, never an answer that ignores them.
     error = refused(chat_params, tools=[{"type": "function", "function": {"name": "f"}}], response_format=None)
-    assert error.param == "tools" and "not supported" in error.message
+    assert error.param == "tools" and "not available" in error.message
 
 
 # -- /generate's sampling_params -------------------------------------------------

@@ -73,7 +73,9 @@ def test_a_schema_that_cannot_compile_fails_its_request_alone_with_a_400(harness
         TokenizedGenerateReq("good", [5, 6, 7], params(8, ignore_eos=True)),
     )
     assert reasons["bad"].status_code == 400
-    assert "response_format" in reasons["bad"].message and "nonsense" in reasons["bad"].message
+    # The scheduler names the parameter; each HTTP route renames it to its own field.
+    assert reasons["bad"].param == "json_schema"
+    assert reasons["bad"].message.startswith("json_schema: ") and "nonsense" in reasons["bad"].message
     assert reasons["good"].kind == "length"
 
 
