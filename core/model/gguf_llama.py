@@ -10,7 +10,6 @@ pairs of each head's dimensions where Hugging Face rotates the two halves:
 from __future__ import annotations
 
 import dataclasses
-
 import re
 
 import torch

@@ -6,6 +6,11 @@ no per-sequence loop. Attention goes through the configured backend plugin,
 which reads and writes the paged cache. Only the last new token of each
 sequence reaches the LM head, since that is all a step samples from (and,
 for requests asking for prompt log-probabilities, their prompt tokens).
+
+Built with a :class:`tercet.model.tensor_parallel.TensorParallel` of more
+than one rank, each layer holds its rank's shard (see that module) and the
+forward joins the ranks with an all-reduce after the o and down projections
+and the embedding, and an all-gather of the logits.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PagedKVCache
 from tercet.model.rotary import RopeSettings, RotaryEmbedding, apply_rotary
+from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 
 
 @dataclass(frozen=True)
@@ -62,16 +68,6 @@ class LlamaShape:
             mlp_bias=bool(getattr(config, "mlp_bias", False)),
         )
 
-    def attention_layout(self, device: torch.device, dtype: torch.dtype) -> AttentionLayout:
-        return AttentionLayout(
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            num_layers=self.num_layers,
-            device=device,
-            dtype=dtype,
-        )
-
 
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float):
@@ -89,14 +85,16 @@ class RMSNorm(nn.Module):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, shape: LlamaShape, layer_id: int):
+    def __init__(self, shape: LlamaShape, layer_id: int, shards: LlamaShards):
         super().__init__()
         self.layer_id = layer_id
-        self.num_heads = shape.num_heads
-        self.num_kv_heads = shape.num_kv_heads
+        self.tp = shards.tp
+        # This rank's heads: all of them without tensor parallelism.
+        self.num_heads = shards.local_heads
+        self.num_kv_heads = shards.local_kv_heads
         self.head_dim = shape.head_dim
-        self.q_size = shape.num_heads * shape.head_dim
-        self.kv_size = shape.num_kv_heads * shape.head_dim
+        self.q_size = self.num_heads * shape.head_dim
+        self.kv_size = self.num_kv_heads * shape.head_dim
         self.qkv_proj = nn.Linear(shape.hidden_size, self.q_size + 2 * self.kv_size, bias=shape.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=shape.o_bias)
 
@@ -107,27 +105,29 @@ class LlamaAttention(nn.Module):
         qk = qkv[:, :qk_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(qk, cos, signed_sin).split([self.num_heads, self.num_kv_heads], dim=1)
         v = qkv[:, qk_size:].view(-1, self.num_kv_heads, self.head_dim)
-        return self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache))
+        return self.tp.all_reduce(self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache)))
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, shape: LlamaShape):
+    def __init__(self, shape: LlamaShape, shards: LlamaShards):
         super().__init__()
-        self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * shape.intermediate_size, bias=shape.mlp_bias)
-        self.down_proj = nn.Linear(shape.intermediate_size, shape.hidden_size, bias=shape.mlp_bias)
+        self.tp = shards.tp
+        intermediate = shards.local_intermediate
+        self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * intermediate, bias=shape.mlp_bias)
+        self.down_proj = nn.Linear(intermediate, shape.hidden_size, bias=shape.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.tp.all_reduce(self.down_proj(F.silu(gate) * up))
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, shape: LlamaShape, layer_id: int):
+    def __init__(self, shape: LlamaShape, layer_id: int, shards: LlamaShards):
         super().__init__()
         self.input_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
-        self.self_attn = LlamaAttention(shape, layer_id)
+        self.self_attn = LlamaAttention(shape, layer_id, shards)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
-        self.mlp = LlamaMLP(shape)
+        self.mlp = LlamaMLP(shape, shards)
 
     def forward(self, hidden, cos, signed_sin, batch, backend, kv_cache):
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, signed_sin, batch, backend, kv_cache)
@@ -135,10 +135,10 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, shape: LlamaShape):
+    def __init__(self, shape: LlamaShape, shards: LlamaShards):
         super().__init__()
-        self.embed_tokens = nn.Embedding(shape.vocab_size, shape.hidden_size)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(shape, i) for i in range(shape.num_layers))
+        self.embed_tokens = nn.Embedding(shards.local_vocab, shape.hidden_size)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(shape, i, shards) for i in range(shape.num_layers))
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
 
@@ -150,12 +150,15 @@ class LlamaForCausalLM(nn.Module):
     :func:`tercet.model.weights.load_weights`, then
     :meth:`attach` the attention backend and KV cache before the first forward.
     ``max_positions`` bounds the rotary tables when the context is capped below
-    the config's ``max_position_embeddings``.
+    the config's ``max_position_embeddings``; ``tp`` makes this rank's shard.
     """
 
-    def __init__(self, config, dtype: torch.dtype, device: torch.device | str, max_positions: int | None = None):
+    def __init__(self, config, dtype: torch.dtype, device: torch.device | str, max_positions: int | None = None,
+                 tp: TensorParallel = SINGLE):
         super().__init__()
         self.shape = LlamaShape.from_config(config)
+        self.shards = LlamaShards.of(self.shape, tp)
+        self.tp = tp
         self.dtype = dtype
         self.device = torch.device(device)
         # Build on the meta device so no time goes into random initialisation
@@ -164,8 +167,8 @@ class LlamaForCausalLM(nn.Module):
         # linear method makes (tercet.model.weights), so no full-precision
         # copy of a quantized weight is ever allocated.
         with torch.device("meta"):
-            self.model = LlamaModel(self.shape)
-            self.lm_head = nn.Linear(self.shape.hidden_size, self.shape.vocab_size, bias=False)
+            self.model = LlamaModel(self.shape, self.shards)
+            self.lm_head = nn.Linear(self.shape.hidden_size, self.shards.local_vocab, bias=False)
             self.to(dtype)
         for module in self.modules():
             if not isinstance(module, nn.Linear):
@@ -209,11 +212,36 @@ class LlamaForCausalLM(nn.Module):
         if self.attention_backend is None or self.kv_cache is None:
             raise RuntimeError("attach an attention backend and a KV cache before calling forward")
         cos, signed_sin = self.rotary.cos_sin(batch.positions)
-        hidden = self.model.embed_tokens(batch.input_ids)
+        hidden = self.embed(batch.input_ids)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
         return hidden
 
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if not self.tp.enabled:
+            return self.model.embed_tokens(input_ids)
+        # Each rank looks up the ids in its slice of the vocabulary, and zeros
+        # for the others; the sum over the ranks is every id's row.
+        local = input_ids - self.shards.vocab_start
+        elsewhere = (local < 0) | (local >= self.shards.local_vocab)
+        hidden = self.model.embed_tokens(local.masked_fill(elsewhere, 0))
+        return self.tp.all_reduce(hidden.masked_fill(elsewhere.unsqueeze(-1), 0))
+
     def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits of the given rows of ``hidden_states``."""
-        return self.lm_head(self.model.norm(hidden)).float()
+        logits = self.lm_head(self.model.norm(hidden)).float()
+        if self.tp.enabled:
+            # Each rank has its slice of the vocabulary; sampling needs all of it (less the padding).
+            logits = self.tp.all_gather_columns(logits)[:, : self.shape.vocab_size]
+        return logits
+
+    def attention_layout(self) -> AttentionLayout:
+        """What the attention backend and the KV cache hold on this rank: its own heads."""
+        return AttentionLayout(
+            num_heads=self.shards.local_heads,
+            num_kv_heads=self.shards.local_kv_heads,
+            head_dim=self.shape.head_dim,
+            num_layers=self.shape.num_layers,
+            device=self.device,
+            dtype=self.dtype,
+        )

@@ -8,6 +8,7 @@ scheduler owns which requests run and which pages each holds.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,11 +19,12 @@ from tercet.byte_size import format_byte_size, parse_byte_size
 from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig, SchedulerConfig
 from tercet.errors import ConfigError
 from tercet.model.attention import AttentionBackend, AttentionLayout
+from tercet.model.checkpoint import Checkpoint, open_checkpoint
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
-from tercet.model.llama import LlamaForCausalLM, LlamaShape
-from tercet.model.checkpoint import Checkpoint, open_checkpoint
 from tercet.model.linear_method import LinearMethod
+from tercet.model.llama import LlamaForCausalLM, LlamaShape
+from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport, load_weights
 from tercet.weight_formats import BLOCK_FORMATS
 
@@ -66,6 +68,7 @@ class ModelRunner:
         kv_cache_memory: str | int = _MODEL.kv_cache_memory,
         linear_methods: Mapping[str, Callable[[], LinearMethod]] | None = None,
         dense_from_rows: int = _MODEL.dense_from_rows,
+        tp: TensorParallel = SINGLE,
     ):
         if attention_backend_factory is None:
             raise ConfigError("ModelRunner needs an attention backend factory (see [attention] backend)")
@@ -85,10 +88,15 @@ class ModelRunner:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device, quantized=_runs_quantized(self.checkpoint, self.linear_methods))
         shape = LlamaShape.from_config(self.config)
+        self.tp = tp
+        # With tensor parallelism a rank holds its own KV heads only: the budget is per rank, and
+        # every rank sizes the pool by the largest share, so all have the same pages to schedule.
+        shards = LlamaShards.of(shape, tp)
+        local_shape = dataclasses.replace(shape, num_kv_heads=shards.most_kv_heads)
         self.page_size = page_size
         if max_total_tokens is None:
             max_total_tokens = kv_tokens_for_budget(
-                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), shape, self.dtype, page_size
+                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), local_shape, self.dtype, page_size
             )
         self.num_pages = math.ceil(max_total_tokens / page_size)
         self.max_total_tokens = self.num_pages * page_size
@@ -100,16 +108,17 @@ class ModelRunner:
         self.vocab_size = shape.vocab_size
 
         self.kv_cache = PagedKVCache(
-            shape.num_layers, shape.num_kv_heads, shape.head_dim, self.num_pages, page_size, self.dtype, self.device
+            shape.num_layers, shards.local_kv_heads, shape.head_dim, self.num_pages, page_size, self.dtype,
+            self.device,
         )
         self.page_allocator = PageAllocator(self.num_pages)
         self.req_to_token_pool = ReqToTokenPool(max_running_requests, self.context_len, self.device)
-        self.attention_backend = attention_backend_factory(shape.attention_layout(self.device, self.dtype))
+        self.attention_backend = attention_backend_factory(self.model.attention_layout())
         self.model.attach(self.attention_backend, self.kv_cache)
         self.eos_token_ids = self.checkpoint.eos_token_ids()
 
     def load_model(self, checkpoint: Checkpoint) -> tuple[LlamaForCausalLM, LoadReport]:
-        model = LlamaForCausalLM(checkpoint.config, self.dtype, self.device, max_positions=self.context_len)
+        model = LlamaForCausalLM(checkpoint.config, self.dtype, self.device, max_positions=self.context_len, tp=self.tp)
         report = load_weights(model, checkpoint, self.linear_methods)
         model.eval().requires_grad_(False)
         return_freed_memory()

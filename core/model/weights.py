@@ -129,7 +129,8 @@ def load_weights(model: LlamaForCausalLM, checkpoint: Checkpoint, choice: Linear
             module_name, part, kind = _place_of(checkpoint_name)
             if module_name in linear_shapes:
                 parts = pending.setdefault(module_name, {})
-                parts[(kind, part)] = tensor
+                # With tensor parallelism, only this rank's slice is kept.
+                parts[(kind, part)] = model.shards.part(module_name, part, tensor, kind)
                 if set(parts) >= _needed_parts(model, module_name):
                     _make_linear(model, module_name, pending.pop(module_name), choice, report)
                 continue
@@ -145,7 +146,9 @@ def load_weights(model: LlamaForCausalLM, checkpoint: Checkpoint, choice: Linear
             # Tied: the head is made from the embedding's tensor, by the head's own
             # method; a dense embedding lends its parameter, so a dense head shares it.
             if isinstance(model.model.embed_tokens, nn.Embedding):
-                embedding_weight = model.model.embed_tokens.weight
+                embedding_weight = model.model.embed_tokens.weight  # already this rank's rows
+            else:
+                embedding_weight = model.shards.vocab_rows(embedding_weight)
             _make_linear(model, LM_HEAD, {("weight", None): embedding_weight}, choice, report)
     missing = sorted(set(parameters) - filled)
     missing += sorted(
@@ -239,6 +242,7 @@ def _fill_embedding(model: LlamaForCausalLM, tensor, choice: LinearMethodChoice)
     expected = (model.shape.vocab_size, model.shape.hidden_size)
     if tuple(tensor.shape) != expected:
         raise ConfigError(f"checkpoint tensor {EMBEDDING!r} has shape {tuple(tensor.shape)}, expected {expected}")
+    tensor = model.shards.vocab_rows(tensor)
     if isinstance(tensor, BlockQuantized) and not choice.dequantizes_embedding:
         # Kept in its blocks: the embedding is looked up a row at a time.
         model.model.embed_tokens = BlockQuantizedEmbedding(tensor, model.dtype, model.device)
