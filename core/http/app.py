@@ -14,7 +14,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
-from tercet.http import control_api, health, native_api, openai_api, openapi
+from tercet.http import chat_page, control_api, health, native_api, openai_api, openapi
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
 
@@ -22,7 +22,8 @@ Endpoint = Callable[[Request, object], Awaitable[Response]]
 RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
 # Load balancers and supervisors probe /health and /health_generate without
 # credentials (concurrent /health_generate probes share one generation).
-UNAUTHENTICATED_PATHS = health.PATHS
+# The chat page holds no secret, and asks for the key itself.
+UNAUTHENTICATED_PATHS = health.PATHS | {chat_page.PATH}
 # Not a real HTTP status: nginx's "client closed request", for logs only.
 CLIENT_CLOSED_REQUEST = 499
 DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
@@ -34,6 +35,7 @@ BUILTIN_ROUTES: list[RouteSpec] = [
     *native_api.ROUTES,
     *control_api.ROUTES,
     *openapi.ROUTES,
+    *chat_page.ROUTES,
 ]
 # Built-in routes that need the child processes: once one died (and the server
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.

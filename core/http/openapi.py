@@ -190,6 +190,13 @@ def build_document(
             }
         },
         **_control_paths(include_update_weights),
+        "/": {
+            "get": {
+                **_operation("chatPage", "A chat page for people (HTML); never needs the API key",
+                             {"200": {"description": "the page", "content": {"text/html": {"schema": {"type": "string"}}}}}),
+                "security": [],
+            }
+        },
         "/openapi.json": {
             "get": _operation("openapi", "This document", _responses(_json({"type": "object"}, "the OpenAPI document"), "401"))
         },
