@@ -94,7 +94,7 @@ class TercetOfflineEngine:
         is_prefill_done = False
         timeline.started = time.perf_counter()
         for rid, index in self._request_of_rid.items():
-            scheduler.dispatcher(TokenizedGenerateReq(rid, prompts[index], params))
+            scheduler.io.dispatcher(TokenizedGenerateReq(rid, prompts[index], params))
         while scheduler.queues.has_requests:
             scheduler.receive_and_dispatch(block=False)
             scheduler.run_step()

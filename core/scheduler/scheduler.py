@@ -22,16 +22,12 @@ from __future__ import annotations
 import logging
 import secrets
 
-import zmq
-
-from tercet.channels import MessageReceiver, MessageSender
 from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlRequest
-from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
+from tercet.manager_io import ManagerIO
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
-from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.sampling_params import MAX_N, OPENAI_PARAM_NAMES, SamplingParams
 from tercet.scheduler.admission import Admission
@@ -96,31 +92,22 @@ class Scheduler:
         )
         self.control_target = ControlTarget(rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures)
 
-        serializer = context.create_serializer()
-        self.zmq_context = zmq.Context()
-        self.receiver = MessageReceiver(
-            self.zmq_context, port_args.scheduler_inputs[rank], serializer, bind=True,
-            edge=EDGE_FROM_TOKENIZER, failures=self.failures,
-        )
-        self.sender_to_detokenizer = MessageSender(self.zmq_context, port_args.detokenizer_input, serializer)
+        self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
+        self.receiver = self.io.open_receiver(port_args.scheduler_inputs[rank], self.failures)
+        self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
         # Control replies go straight back to the TokenizerManager.
-        self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
+        self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
         handlers = [
             *builtin_control_handlers(self.control_target),
             # Plugins' handlers see a snapshot of the rank's figures, never the scheduler itself.
-            *[
-                (message_type, lambda message, handler=handler: handler(self.control_target.stats(), message))
-                for message_type, handler in message_handlers(context.plugin_manager, "scheduler")
-            ],
+            *self.io.plugin_handlers(self.control_target.stats),
         ]
-        self.dispatcher = TypeBasedDispatcher(
-            [
-                (TokenizedGenerateReq, self.handle_generate_request),
-                (AbortReq, self.handle_abort_request),
-                *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
-                  else (message_type, handler) for message_type, handler in handlers],
-            ]
-        )
+        self.io.set_handlers([
+            (TokenizedGenerateReq, self.handle_generate_request),
+            (AbortReq, self.handle_abort_request),
+            *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
+              else (message_type, handler) for message_type, handler in handlers],
+        ])
         self.waiting_is_stuck = False
 
     @property
@@ -148,11 +135,11 @@ class Scheduler:
             # A grammar compiling in its thread: look again soon rather than wait for a message.
             self.receiver.poll(timeout_ms=GRAMMAR_POLL_MS if self.grammars.pending else None)
         with self.timer.stage("receive"):
-            for message in self.receiver.receive_pending():
-                self.dispatch(message)
+            self.io.dispatch_pending()
 
     def dispatch(self, message) -> None:
-        self.dispatcher.dispatch_contained(message, EDGE_FROM_TOKENIZER, self.failures)
+        """Handle one message as the loop does (see the loop-error policy in tercet.manager_io)."""
+        self.io.dispatch(message)
 
     @property
     def is_idle(self) -> bool:
@@ -281,7 +268,4 @@ class Scheduler:
 
     def close(self) -> None:
         self.grammars.close()
-        self.receiver.close()
-        self.sender_to_detokenizer.close()
-        self.sender_to_tokenizer.close()
-        self.zmq_context.term()
+        self.io.close()
