@@ -8,11 +8,20 @@ not fit (batch cap or memory), the policy may name running requests to preempt.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tercet.scheduler.req import Req
+
+if TYPE_CHECKING:
+    from tercet.config import SchedulerConfig
+    from tercet.scheduler.contained_policy import ContainedPolicy
+    from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.request_queues import RequestQueues
 
 
 class Admission:
-    def __init__(self, queues, kv_memory, policy, scheduler_config):
+    def __init__(self, queues: "RequestQueues", kv_memory: "RequestKVMemory", policy: "ContainedPolicy",
+                 scheduler_config: "SchedulerConfig"):
         self.queues = queues
         self.kv_memory = kv_memory
         # A ContainedPolicy: the plugin's order, or arrival order when it fails.

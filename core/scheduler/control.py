@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
 from tercet.control_messages import (
@@ -28,6 +29,11 @@ from tercet.errors import TercetError
 from tercet.messages import FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
+if TYPE_CHECKING:
+    from tercet.scheduler.grammars import GrammarCompiler
+    from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.request_queues import RequestQueues
+
 logger = logging.getLogger(__name__)
 
 
@@ -37,13 +43,16 @@ class ControlRefused(TercetError):
 
 @dataclasses.dataclass(frozen=True)
 class ControlTarget:
+    """What control handlers may act on: the rank's requests, KV memory, grammars and model."""
+
     rank: int
-    # RequestQueues: in-flight requests, pause, abort.
-    queues: object
-    # RequestKVMemory: the page size and the prefix cache.
-    kv_memory: object
-    # GrammarCompiler: requests whose grammar is still compiling (abort_all ends them too).
-    grammars: object
+    # In-flight requests, pause, abort.
+    queues: "RequestQueues"
+    # The page size and the prefix cache.
+    kv_memory: "RequestKVMemory"
+    # Requests whose grammar is still compiling (abort_all ends them too).
+    grammars: "GrammarCompiler"
+    # The model: its weights' description, and reloading them.
     model_runner: object
     failures: ContainedFailures
 

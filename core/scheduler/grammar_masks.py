@@ -9,12 +9,17 @@ and the token is dropped, since the request has finished by then.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.scheduler.req import Req
 
+if TYPE_CHECKING:
+    from tercet.scheduler.request_queues import RequestQueues
+
 
 class GrammarMasks:
-    def __init__(self, queues, failures: ContainedFailures, plugin_name: str | None):
+    def __init__(self, queues: "RequestQueues", failures: ContainedFailures, plugin_name: str | None):
         self.queues = queues
         self.failures = failures
         # Who registered the grammar backend, for the failure counts.

@@ -11,6 +11,8 @@ it is done (:mod:`tercet.scheduler.sampled_tokens`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tercet.containment import ContainedFailures
 from tercet.messages import TokenLogprobs
 from tercet.scheduler.grammar_masks import GrammarMasks
@@ -19,9 +21,13 @@ from tercet.scheduler.row_sampling import TokenChoice, sample_rows
 from tercet.scheduler.sampled_tokens import SampledTokens
 from tercet.scheduler.stop_conditions import StopConditions
 
+if TYPE_CHECKING:
+    from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.request_queues import RequestQueues
+
 
 class ModelStep:
-    def __init__(self, queues, kv_memory, model_runner, timer, *, stop_conditions: StopConditions,
+    def __init__(self, queues: "RequestQueues", kv_memory: "RequestKVMemory", model_runner, timer, *, stop_conditions: StopConditions,
                  failures: ContainedFailures, grammar_plugin: str | None, chunked_prefill_size: int):
         self.queues = queues
         self.kv_memory = kv_memory

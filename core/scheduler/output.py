@@ -9,9 +9,15 @@ of the batch goes out as usual.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.messages import BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
 from tercet.scheduler.req import Req
+
+if TYPE_CHECKING:
+    from tercet.channels import MessageSender
+    from tercet.scheduler.request_queues import RequestQueues
 
 COLUMNS = (
     "rids", "new_token_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
@@ -54,7 +60,8 @@ def batch_of(rows: list[tuple]) -> BatchTokenIDOutput:
     return BatchTokenIDOutput(**{name: [row[column] for row in rows] for column, name in enumerate(COLUMNS)})
 
 
-def send_outputs_contained(reqs: list[Req], sender, failures: ContainedFailures, queues) -> None:
+def send_outputs_contained(reqs: list[Req], sender: "MessageSender", failures: ContainedFailures,
+                           queues: "RequestQueues") -> None:
     """Send every request's unsent output through ``sender``; a request whose row
     cannot be built or encoded is ended alone (through ``queues``) with an internal error."""
     rows = []
@@ -81,7 +88,7 @@ def send_outputs_contained(reqs: list[Req], sender, failures: ContainedFailures,
         mark_sent(req)
 
 
-def _fail(queues, req: Req) -> tuple:
+def _fail(queues: "RequestQueues", req: Req) -> tuple:
     """End ``req`` now and give the row that tells its client (in this batch, not a later one)."""
     queues.fail_in_this_output(req, internal_failure_reason("building its output"))
     return failure_row(req, req.finish_reason)

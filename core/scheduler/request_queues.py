@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+from typing import TYPE_CHECKING
 
 from tercet.messages import FinishReason
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_status import RequestStatus
+
+if TYPE_CHECKING:
+    from tercet.scheduler.kv_memory import RequestKVMemory
 
 logger = logging.getLogger(__name__)
 WAITING, RUNNING, FINISHED = RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.FINISHED
@@ -30,7 +34,7 @@ class IllegalTransition(RuntimeError):
 
 
 class RequestQueues:
-    def __init__(self, kv_memory):
+    def __init__(self, kv_memory: "RequestKVMemory"):
         # Finishing and retracting give a request's KV memory back.
         self.kv_memory = kv_memory
         self._waiting: list[Req] = []

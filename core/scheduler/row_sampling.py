@@ -10,9 +10,14 @@ request with an internal error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.scheduler.req import Req
+
+if TYPE_CHECKING:
+    from tercet.scheduler.request_queues import RequestQueues
+    from tercet.scheduler.stop_conditions import StopConditions
 
 
 @dataclass(frozen=True)
@@ -22,8 +27,8 @@ class TokenChoice:
     top_logprobs: list | None = None
 
 
-def sample_rows(reqs: list[Req], logits, stop_conditions, failures: ContainedFailures,
-                queues) -> list[TokenChoice | None]:
+def sample_rows(reqs: list[Req], logits, stop_conditions: "StopConditions", failures: ContainedFailures,
+                queues: "RequestQueues") -> list[TokenChoice | None]:
     """The next token of each request (row i of ``logits`` is ``reqs[i]``); None
     where that request failed and was ended (through ``queues``)."""
     try:

@@ -8,11 +8,16 @@ with an internal error and the rest of the step goes on.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.messages import FinishReason
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice
 from tercet.scheduler.stop_conditions import StopConditions
+
+if TYPE_CHECKING:
+    from tercet.scheduler.request_queues import RequestQueues
 
 
 class RequestStepFailed(Exception):
@@ -24,7 +29,7 @@ class RequestStepFailed(Exception):
 
 
 class SampledTokens:
-    def __init__(self, queues, stop_conditions: StopConditions, failures: ContainedFailures,
+    def __init__(self, queues: "RequestQueues", stop_conditions: StopConditions, failures: ContainedFailures,
                  grammar_plugin: str | None):
         self.queues = queues
         self.stop_conditions = stop_conditions

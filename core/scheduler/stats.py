@@ -9,6 +9,11 @@ figures for every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.request_queues import RequestQueues
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ class SchedulerStats:
         return self.kv_used_tokens / self.kv_total_tokens if self.kv_total_tokens else 0.0
 
     @classmethod
-    def of(cls, rank: int, queues, kv_memory) -> "SchedulerStats":
+    def of(cls, rank: int, queues: "RequestQueues", kv_memory: "RequestKVMemory") -> "SchedulerStats":
         """The figures of a rank's RequestQueues and RequestKVMemory now."""
         page_size = kv_memory.page_size
         allocator = kv_memory.page_allocator
