@@ -9,7 +9,7 @@ import sys
 from tercet.bench.ipc_roundtrip import add_ipc_arguments
 from tercet.bench.offline import add_offline_arguments
 from tercet.bench.serving_command import add_bench_arguments
-from tercet.config import check_api_key, config_as_toml, load_config, parse_set_options
+from tercet.config import DTYPE_NAMES, check_api_key, config_as_toml, load_config, parse_set_options
 from tercet.errors import TercetError
 
 
@@ -20,7 +20,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--quantization", metavar="METHOD",
         help="linear method: auto (the checkpoint's own format), none (dense), int8, q4_0, q4_1, q8_0",
     )
-    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--dtype", choices=["auto", *DTYPE_NAMES])
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     parser.add_argument("--served-model-name", metavar="NAME", help="model name shown by /v1/models")

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import logging
 
-import zmq
-
-from tercet.channels import MessageReceiver, MessageSender
+from tercet.channels import MessageSender
 from tercet.child_process import run_child
-from tercet.containment import INTERNAL_FAILURE_STATUS, ContainedFailures, internal_failure_message
-from tercet.dispatcher import TypeBasedDispatcher
+from tercet.containment import ContainedFailures, internal_failure_reason
+from tercet.manager_io import ManagerIO
 from tercet.messages import (
     AbortReq,
     BatchStrOutput,
@@ -29,7 +27,6 @@ from tercet.messages import (
     DetokenizeParams,
     FinishReason,
 )
-from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.stage_timer import stage_timer
 from tercet.stop_strings import StopStringFilter
@@ -56,18 +53,12 @@ class _ReportingFailures(ContainedFailures):
 
 class DetokenizerManager:
     def __init__(self, context: ProcessContext, port_args, tokenizer):
-        serializer = context.create_serializer()
-        self.zmq_context = zmq.Context()
-        self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
+        self.io = ManagerIO(context, "detokenizer", EDGE_FROM_SCHEDULER)
+        self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
         self.failures = _ReportingFailures(self.sender_to_tokenizer)
-        self.receiver = MessageReceiver(
-            self.zmq_context, port_args.detokenizer_input, serializer, bind=True,
-            edge=EDGE_FROM_SCHEDULER, failures=self.failures,
-        )
+        self.receiver = self.io.open_receiver(port_args.detokenizer_input, self.failures)
         # A request the strategy failed on is aborted wherever it runs (abort is idempotent).
-        self.senders_to_schedulers = [
-            MessageSender(self.zmq_context, endpoint, serializer) for endpoint in port_args.scheduler_inputs
-        ]
+        self.senders_to_schedulers = [self.io.open_sender(endpoint) for endpoint in port_args.scheduler_inputs]
         strategy = context.config.detokenizer.strategy
         self.detokenizer = context.registries.detokenizers.get(strategy)(tokenizer)
         self.strategy_plugin = context.registries.detokenizers.entries[strategy].plugin_name
@@ -76,15 +67,10 @@ class DetokenizerManager:
         self.failed_rids: set[str] = set()
         self.stop_filters: dict[str, StopStringFilter] = {}
         self.timer = stage_timer("detokenizer", context.config.server.profile_interval, logger)
-        self.dispatcher = TypeBasedDispatcher(
-            [
-                (BatchTokenIDOutput, self.handle_batch_token_id_output),
-                *[
-                    (message_type, lambda message, handler=handler: handler(self, message))
-                    for message_type, handler in message_handlers(context.plugin_manager, "detokenizer")
-                ],
-            ]
-        )
+        self.io.set_handlers([
+            (BatchTokenIDOutput, self.handle_batch_token_id_output),
+            *self.io.plugin_handlers(lambda: self),
+        ])
 
     def run_forever(self) -> None:
         while True:
@@ -96,14 +82,11 @@ class DetokenizerManager:
             self.timer.end_step()
 
     def dispatch(self, message) -> None:
-        self.dispatcher.dispatch_contained(message, EDGE_FROM_SCHEDULER, self.failures)
+        """Handle one message as the loop does (see the loop-error policy in tercet.manager_io)."""
+        self.io.dispatch(message)
 
     def close(self) -> None:
-        self.receiver.close()
-        self.sender_to_tokenizer.close()
-        for sender in self.senders_to_schedulers:
-            sender.close()
-        self.zmq_context.term()
+        self.io.close()
 
     def handle_batch_token_id_output(self, batch: BatchTokenIDOutput) -> None:
         kept: list[int] = []
@@ -139,9 +122,7 @@ class DetokenizerManager:
             self.failed_rids.add(rid)
             for sender in self.senders_to_schedulers:
                 sender.send(AbortReq(rid))
-        return FinishReason(
-            "abort", message=internal_failure_message("turning its tokens into text"), status_code=INTERNAL_FAILURE_STATUS
-        )
+        return internal_failure_reason("turning its tokens into text")
 
     def send_text(self, batch: BatchTokenIDOutput, rows: list[int], text_deltas: list[str],
                   finished_reasons: list[FinishReason | None]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import itertools
 import logging
 import os
 import uuid
@@ -23,27 +22,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, TypeVar
 
-import zmq
-import zmq.asyncio
-
-from tercet.channels import AsyncMessageReceiver, MessageSender
 from tercet.communicator import Communicator
 from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlReply, ControlRequest
-from tercet.dispatcher import TypeBasedDispatcher
+from tercet.data_parallel_router import DataParallelRouter
 from tercet.errors import RequestError
 from tercet.http.chat_tools import ChatTools
 from tercet.io_struct import GenerateOutput, GenerateRequest
+from tercet.manager_io import ManagerIO
 from tercet.messages import (
-    AbortReq,
     BatchStrOutput,
     ContainedFailureReport,
     FinishReason,
     TokenLogprobs,
     choice_rid,
 )
-from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.stage_timer import stage_timer
@@ -79,38 +73,24 @@ class TokenizerManager:
         # Requests the server holds at once: a full batch plus the waiting queue.
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
         self.max_prompts_per_request = context.config.server.max_prompts_per_request
-        self.load_balance = scheduler_config.load_balance
-        serializer = context.create_serializer()
-        # Sending never blocks (unbounded queue), so plain sockets serve the event loop.
-        self.sync_zmq_context = zmq.Context()
-        self.senders_to_schedulers = [
-            MessageSender(self.sync_zmq_context, endpoint, serializer) for endpoint in port_args.scheduler_inputs
-        ]
-        self.next_rank = itertools.cycle(range(len(self.senders_to_schedulers)))
-        self.rank_of_rid: dict[str, int] = {}
+        self.io = ManagerIO(context, "tokenizer", EDGE_TO_TOKENIZER)
+        self.router = DataParallelRouter(
+            [self.io.open_sender(endpoint) for endpoint in port_args.scheduler_inputs], scheduler_config.load_balance
+        )
         self.communicators: dict[type, Communicator] = {}
         # This process's contained failures, and those the detokenizer reports (it logs its own).
         self.failures = ContainedFailures("server", logger)
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.detokenizer_failures = ContainedFailures("detokenizer", logger)
-        self.async_zmq_context = zmq.asyncio.Context()
-        self.receiver = AsyncMessageReceiver(
-            self.async_zmq_context, port_args.tokenizer_input, serializer, bind=True,
-            edge=EDGE_TO_TOKENIZER, failures=self.failures,
-        )
+        self.receiver = self.io.open_async_receiver(port_args.tokenizer_input, self.failures)
         self.rid_to_state: dict[str, ReqState] = {}
-        self.dispatcher = TypeBasedDispatcher(
-            [
-                (BatchStrOutput, self.handle_batch_str_output),
-                (ControlReply, self.handle_control_reply),
-                (ContainedFailureReport, self.handle_contained_failure_report),
-                *[
-                    (message_type, lambda message, handler=handler: handler(self, message))
-                    for message_type, handler in message_handlers(context.plugin_manager, "tokenizer")
-                ],
-            ]
-        )
+        self.io.set_handlers([
+            (BatchStrOutput, self.handle_batch_str_output),
+            (ControlReply, self.handle_control_reply),
+            (ContainedFailureReport, self.handle_contained_failure_report),
+            *self.io.plugin_handlers(lambda: self),
+        ])
         self.unhealthy_reason: str | None = None
         # Receiving (and decoding) happens while awaiting, so only dispatch is timed here.
         self.timer = stage_timer("tokenizer", context.config.server.profile_interval, logger)
@@ -124,18 +104,12 @@ class TokenizerManager:
         self.handle_loop_task = asyncio.get_running_loop().create_task(self.handle_loop())
 
     async def handle_loop(self) -> None:
-        while True:
-            message = await self.receiver.receive()
-            with self.timer.stage("dispatch"):
-                self.dispatcher.dispatch_contained(message, EDGE_TO_TOKENIZER, self.failures)
-            self.timer.end_step()
+        await self.io.dispatch_forever(self.timer)
 
     def close(self) -> None:
         if self.handle_loop_task is not None:
             self.handle_loop_task.cancel()
-        self.receiver.close()
-        for sender in self.senders_to_schedulers:
-            sender.close()
+        self.io.close()
         self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
 
     def is_healthy(self) -> bool:
@@ -260,10 +234,8 @@ class TokenizerManager:
         try:
             self.rid_to_state.update(states)
             for position, message in enumerate(messages):
-                rank = self.choose_rank()
                 its_choices = choices[position * n:(position + 1) * n]
-                self.rank_of_rid.update((choice, rank) for choice in its_choices)
-                self.senders_to_schedulers[rank].send(message)
+                self.router.send(message, its_choices)
                 sent.update(its_choices)
             async for output in self._wait_for_outputs(states, event, request.stream):
                 if output.prompt_logprobs is not None:
@@ -275,7 +247,7 @@ class TokenizerManager:
                     # The caller stopped early (client gone, say): free the scheduler's work.
                     self.abort(choice)
                 self.rid_to_state.pop(choice, None)
-                self.rank_of_rid.pop(choice, None)
+                self.router.forget(choice)
 
     async def _wait_for_outputs(self, states: dict[str, ReqState], event: asyncio.Event, stream: bool):
         collected: dict[str, list[GenerateOutput]] = {choice: [] for choice in states}
@@ -299,38 +271,31 @@ class TokenizerManager:
 
     def abort(self, rid: str) -> bool:
         """Abort one completion by id; False if no such request is in flight here."""
-        rank = self.rank_of_rid.get(rid)
-        if rank is None:
-            return False
-        self.senders_to_schedulers[rank].send(AbortReq(rid))
-        return True
+        return self.router.abort(rid)
 
     # -- data parallelism and the control plane ------------------------------
 
-    def choose_rank(self) -> int:
-        if self.load_balance == "shortest_queue":
-            counts = self.num_requests_per_rank()
-            return min(range(len(counts)), key=counts.__getitem__)
-        return next(self.next_rank)
+    @property
+    def senders_to_schedulers(self) -> list:
+        """One sender per rank, in rank order (plugins' handlers may send with them)."""
+        return self.router.senders_to_schedulers
+
+    @property
+    def rank_of_rid(self) -> dict[str, int]:
+        """The rank serving each completion in flight (read it; the router keeps it)."""
+        return self.router.rank_of_rid
 
     def num_requests_per_rank(self) -> list[int]:
-        counts = [0] * len(self.senders_to_schedulers)
-        for rank in self.rank_of_rid.values():
-            counts[rank] += 1
-        return counts
+        return self.router.num_requests_per_rank()
 
     async def control(self, request_type: type[ControlRequest], timeout: float = 30.0, mode: str = "serial",
                       **fields) -> list[ControlReply]:
         """Send one control request to every rank; their replies, sorted by rank."""
         communicator = self.communicators.get(request_type)
         if communicator is None:
-            communicator = Communicator(request_type, self.send_to_all_ranks, len(self.senders_to_schedulers), mode)
+            communicator = Communicator(request_type, self.router.send_to_all_ranks, self.router.num_ranks, mode)
             self.communicators[request_type] = communicator
         return await communicator.call(timeout, **fields)
-
-    def send_to_all_ranks(self, message) -> None:
-        for sender in self.senders_to_schedulers:
-            sender.send(message)
 
     def handle_control_reply(self, reply: ControlReply) -> None:
         for communicator in self.communicators.values():

@@ -46,3 +46,17 @@ def test_plugins_text_listing(capsys):
 def test_an_empty_or_placeholder_api_key_flag_is_an_error_naming_the_flag(capsys, placeholder):
     assert main(["config", "show", "--api-key", placeholder]) != 0
     assert "--api-key is" in capsys.readouterr().err
+
+
+def test_the_dtype_flag_offers_exactly_the_dtypes_the_config_accepts():
+    import argparse
+    from dataclasses import fields
+
+    from tercet.cli import add_config_arguments
+    from tercet.config import ModelConfig
+
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    (flag,) = [action for action in parser._actions if action.dest == "dtype"]
+    (dtype_field,) = [field for field in fields(ModelConfig) if field.name == "dtype"]
+    assert tuple(flag.choices) == dtype_field.metadata["choices"]

@@ -30,6 +30,22 @@ def manager(tiny_llama_dir):
     port_args.remove_runtime_dir()
 
 
+def test_close_closes_its_sockets_and_terminates_both_zmq_contexts(tiny_llama_dir):
+    config = load_config(environ={}, overrides={"model": {"path": str(tiny_llama_dir)}})
+    context = ProcessContext.create(config)
+    port_args = PortArgs.create(context.create_transport())
+    manager = TokenizerManager(context, port_args, load_tokenizer(str(tiny_llama_dir)), "tiny", 1024)
+    try:
+        manager.close()
+        # Left unterminated, each context keeps its I/O thread alive in the server process.
+        assert manager.io.zmq_context.closed and manager.io.async_zmq_context.closed
+        assert manager.receiver.socket.closed
+        assert all(sender.socket.closed for sender in manager.router.senders_to_schedulers)
+        manager.close()  # the launcher may close again on its way out: nothing happens
+    finally:
+        port_args.remove_runtime_dir()
+
+
 def step_output(rid: str, text: str, token_id: int, finish: FinishReason | None, completion_tokens: int):
     return BatchStrOutput(
         rids=[rid], text_deltas=[text], new_token_ids=[[token_id]], finished_reasons=[finish],

@@ -94,8 +94,8 @@ class TercetOfflineEngine:
         is_prefill_done = False
         timeline.started = time.perf_counter()
         for rid, index in self._request_of_rid.items():
-            scheduler.dispatcher(TokenizedGenerateReq(rid, prompts[index], params))
-        while scheduler.running or scheduler.waiting:
+            scheduler.io.dispatcher(TokenizedGenerateReq(rid, prompts[index], params))
+        while scheduler.queues.has_requests:
             scheduler.receive_and_dispatch(block=False)
             scheduler.run_step()
             num_steps += 1
@@ -113,7 +113,7 @@ class TercetOfflineEngine:
 
     @property
     def num_retractions(self) -> int:
-        return self.scheduler.num_retractions
+        return self.scheduler.queues.num_retractions
 
     def forget_cached_prompts(self) -> None:
         """Empty the prefix cache, so a warm-up's prompts cannot speed up the measured run."""

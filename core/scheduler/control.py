@@ -3,13 +3,18 @@
 Every ControlRequest is answered with one ControlReply sent straight to the
 TokenizerManager; a handler's dict becomes the reply's data, an exception
 becomes ``ok=False`` with its message, and the scheduler keeps serving.
+
+The handlers see a :class:`ControlTarget`: the parts of the rank a control
+request may act on, never the Scheduler itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import TYPE_CHECKING
 
+from tercet.containment import ContainedFailures
 from tercet.control_messages import (
     AbortAllReq,
     ContinueGenerationReq,
@@ -24,6 +29,11 @@ from tercet.errors import TercetError
 from tercet.messages import FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
+if TYPE_CHECKING:
+    from tercet.scheduler.grammars import GrammarCompiler
+    from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.request_queues import RequestQueues
+
 logger = logging.getLogger(__name__)
 
 
@@ -31,69 +41,97 @@ class ControlRefused(TercetError):
     """The rank cannot do it now (for example: requests are running)."""
 
 
-def builtin_control_handlers(scheduler) -> list[tuple[type, object]]:
+@dataclasses.dataclass(frozen=True)
+class ControlTarget:
+    """What control handlers may act on: the rank's requests, KV memory, grammars and model."""
+
+    rank: int
+    # In-flight requests, pause, abort.
+    queues: "RequestQueues"
+    # The page size and the prefix cache.
+    kv_memory: "RequestKVMemory"
+    # Requests whose grammar is still compiling (abort_all ends them too).
+    grammars: "GrammarCompiler"
+    # The model: its weights' description, and reloading them.
+    model_runner: object
+    failures: ContainedFailures
+
+    @property
+    def prefix_cache(self):
+        return self.kv_memory.prefix_cache
+
+    def stats(self) -> SchedulerStats:
+        return SchedulerStats.of(self.rank, self.queues, self.kv_memory)
+
+
+def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]:
     return [
-        (FlushCacheReq, lambda message: flush_cache(scheduler)),
-        (GetInternalStateReq, lambda message: internal_state(scheduler)),
-        (PauseGenerationReq, lambda message: set_paused(scheduler, True)),
-        (ContinueGenerationReq, lambda message: set_paused(scheduler, False)),
-        (AbortAllReq, lambda message: abort_all(scheduler)),
-        (UpdateWeightsFromDiskReq, lambda message: update_weights(scheduler, message.model_path)),
+        (FlushCacheReq, lambda message: flush_cache(target)),
+        (GetInternalStateReq, lambda message: internal_state(target)),
+        (PauseGenerationReq, lambda message: set_paused(target, True)),
+        (ContinueGenerationReq, lambda message: set_paused(target, False)),
+        (AbortAllReq, lambda message: abort_all(target)),
+        (UpdateWeightsFromDiskReq, lambda message: update_weights(target, message.model_path)),
     ]
 
 
-def answer(scheduler, message: ControlRequest, handler) -> ControlReply:
+def answer(target: ControlTarget, message: ControlRequest, handler) -> ControlReply:
     try:
         data = handler(message)
     except Exception as error:  # the reply carries the failure; the rank keeps serving
         if not isinstance(error, TercetError):  # a refusal (busy, bad path) is an answer, not a failure
-            scheduler.failures.record("control_handler", f"control request {type(message).__name__} failed")
-        return ControlReply(message.request_id, scheduler.rank, False, str(error) or type(error).__name__)
-    return ControlReply(message.request_id, scheduler.rank, True, None, dict(data or {}))
+            target.failures.record("control_handler", f"control request {type(message).__name__} failed")
+        return ControlReply(message.request_id, target.rank, False, str(error) or type(error).__name__)
+    return ControlReply(message.request_id, target.rank, True, None, dict(data or {}))
 
 
-def flush_cache(scheduler) -> dict:
-    in_flight = len(scheduler.running) + sum(len(leader.group) for leader in scheduler.waiting)
+def flush_cache(target: ControlTarget) -> dict:
+    in_flight = target.queues.num_in_flight
     if in_flight:
-        raise ControlRefused(f"rank {scheduler.rank} has {in_flight} requests in flight; flush when idle")
-    freed = scheduler.prefix_cache.evict(scheduler.prefix_cache.num_cached_pages) if scheduler.prefix_cache else 0
-    return {"freed_tokens": freed * scheduler.kv_memory.page_size}
+        raise ControlRefused(f"rank {target.rank} has {in_flight} requests in flight; flush when idle")
+    cache = target.prefix_cache
+    freed = cache.evict(cache.num_cached_pages) if cache else 0
+    return {"freed_tokens": freed * target.kv_memory.page_size}
 
 
-def internal_state(scheduler) -> dict:
-    stats = SchedulerStats.of(scheduler)
+def internal_state(target: ControlTarget) -> dict:
+    stats = target.stats()
     state = dataclasses.asdict(stats)
     del state["page_size"]
     return {
         **state,
         "kv_usage": stats.kv_usage,
-        "contained_failures": scheduler.failures.as_dict(),
-        "weights": scheduler.model_runner.weights_info,
+        "contained_failures": target.failures.as_dict(),
+        "weights": target.model_runner.weights_info,
     }
 
 
-def set_paused(scheduler, paused: bool) -> dict:
-    scheduler.is_paused = paused
+def set_paused(target: ControlTarget, paused: bool) -> dict:
+    if paused:
+        target.queues.pause()
+    else:
+        target.queues.resume()
     logger.info("generation %s", "paused" if paused else "continues")
     return {"is_paused": paused}
 
 
-def abort_all(scheduler) -> dict:
-    victims = list(scheduler.running) + [req for leader in scheduler.waiting for req in leader.group]
-    victims += [req for group in scheduler.grammars.drop_all() for req in group]
-    scheduler.running, scheduler.waiting = [], []
-    for req in victims:
-        req.followers = []
-        scheduler.finish(req, FinishReason("abort", message="aborted by /abort_request"))
+def abort_all(target: ControlTarget) -> dict:
+    reason = FinishReason("abort", message="aborted by /abort_request")
+    victims = target.queues.abort_all(reason)
+    for group in target.grammars.drop_all():
+        for req in group:
+            target.queues.finish(req, reason)
+            victims.append(req)
     return {"num_aborted": len(victims)}
 
 
-def update_weights(scheduler, model_path: str) -> dict:
+def update_weights(target: ControlTarget, model_path: str) -> dict:
     # Steps stop while this runs (the scheduler handles it between steps), so
     # in-flight requests pause and continue with the new weights; cached
     # prefixes hold K/V of the old weights and are dropped.
-    scheduler.model_runner.update_weights_from_disk(model_path)
-    if scheduler.prefix_cache is not None:
-        scheduler.prefix_cache.evict(scheduler.prefix_cache.num_cached_pages)
+    target.model_runner.update_weights_from_disk(model_path)
+    cache = target.prefix_cache
+    if cache is not None:
+        cache.evict(cache.num_cached_pages)
     logger.info("weights reloaded from %s", model_path)
     return {"model_path": model_path}

@@ -9,8 +9,15 @@ of the batch goes out as usual.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.messages import BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
 from tercet.scheduler.req import Req
+
+if TYPE_CHECKING:
+    from tercet.channels import MessageSender
+    from tercet.scheduler.request_queues import RequestQueues
 
 COLUMNS = (
     "rids", "new_token_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
@@ -53,38 +60,35 @@ def batch_of(rows: list[tuple]) -> BatchTokenIDOutput:
     return BatchTokenIDOutput(**{name: [row[column] for row in rows] for column, name in enumerate(COLUMNS)})
 
 
-def send_outputs_contained(scheduler, reqs: list[Req]) -> None:
-    """Send every request's unsent output; a request whose row cannot be built or
-    encoded is ended alone with an internal error."""
+def send_outputs_contained(reqs: list[Req], sender: "MessageSender", failures: ContainedFailures,
+                           queues: "RequestQueues") -> None:
+    """Send every request's unsent output through ``sender``; a request whose row
+    cannot be built or encoded is ended alone (through ``queues``) with an internal error."""
     rows = []
     for req in reqs:
         try:
             rows.append(output_row(req))
         except Exception:
-            scheduler.failures.record("output", f"building the output of request {req.rid!r} failed")
-            rows.append(_fail(scheduler, req))
-    sender = scheduler.sender_to_detokenizer
+            failures.record("output", f"building the output of request {req.rid!r} failed")
+            rows.append(_fail(queues, req))
     try:
         sender.send(batch_of(rows))
     except Exception:
         # Find the rows that cannot be encoded; the others are sent as they are.
-        scheduler.failures.record("output", "encoding a step's output failed; checking it row by row")
+        failures.record("output", "encoding a step's output failed; checking it row by row")
         serializer = sender.serializer
         for position, (req, row) in enumerate(zip(reqs, rows)):
             try:
                 serializer.encode(batch_of([row]))
             except Exception:
-                scheduler.failures.record(
-                    "output", f"the output of request {req.rid!r} cannot be encoded", with_traceback=False
-                )
-                rows[position] = _fail(scheduler, req)
+                failures.record("output", f"the output of request {req.rid!r} cannot be encoded", with_traceback=False)
+                rows[position] = _fail(queues, req)
         sender.send(batch_of(rows))
     for req in reqs:
         mark_sent(req)
 
 
-def _fail(scheduler, req: Req) -> tuple:
-    """End ``req`` now and give the row that tells its client."""
-    scheduler.fail(req, "building its output")
-    scheduler.finished_unsent.remove(req)  # its failure row goes out in this batch instead
+def _fail(queues: "RequestQueues", req: Req) -> tuple:
+    """End ``req`` now and give the row that tells its client (in this batch, not a later one)."""
+    queues.fail_in_this_output(req, internal_failure_reason("building its output"))
     return failure_row(req, req.finish_reason)

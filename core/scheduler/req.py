@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from tercet.messages import FinishReason, TokenLogprobs
 from tercet.sampling_params import SamplingParams
+from tercet.scheduler.request_status import RequestStatus
 
 
 @dataclass(eq=False)
@@ -21,10 +22,14 @@ class Req:
     # The seed of this completion (the n completions of a prompt each get their own).
     seed: int = 0
     output_ids: list[int] = field(default_factory=list)
+    # Moved only by RequestQueues (see tercet.scheduler.request_status).
+    status: RequestStatus = RequestStatus.NEW
     # The other completions of the same prompt (n > 1): they wait with this
     # request, are admitted with it, and take its prompt's KV and last logits
     # instead of prefilling the prompt again.
     followers: list["Req"] = field(default_factory=list)
+    # For a follower: the completion whose prompt it still waits on (the other end of ``followers``).
+    leader: "Req | None" = field(default=None, repr=False)
     # KV memory, held from admission to finish (or retraction).
     req_pool_index: int | None = None
     pages: list[int] = field(default_factory=list)
@@ -64,12 +69,44 @@ class Req:
 
     @property
     def is_finished(self) -> bool:
-        return self.finish_reason is not None
+        return self.status is RequestStatus.FINISHED
 
     @property
     def group(self) -> list["Req"]:
         """This request and its followers: what is admitted together."""
         return [self, *self.followers]
+
+    @property
+    def is_waiting_for_leader(self) -> bool:
+        """An n > 1 completion that is not fed yet: it takes its leader's prompt KV when that is done."""
+        return self.leader is not None
+
+    # -- the group's links; RequestQueues keeps them (and the queues) consistent --
+
+    def lead(self, followers: list["Req"]) -> None:
+        self.followers = list(followers)
+        for follower in self.followers:
+            follower.leader = self
+
+    def release_followers(self) -> list["Req"]:
+        """Let every follower go on alone; they are returned."""
+        followers, self.followers = self.followers, []
+        for follower in followers:
+            follower.leader = None
+        return followers
+
+    def leave_leader(self) -> None:
+        self.leader.followers.remove(self)
+        self.leader = None
+
+    def hand_over_followers(self) -> "Req | None":
+        """The next completion leads the rest of the group; it is returned (None without followers)."""
+        followers = self.release_followers()
+        if not followers:
+            return None
+        successor = followers[0]
+        successor.lead(followers[1:])
+        return successor
 
     @property
     def needs_prefill_only(self) -> bool:

@@ -10,8 +10,14 @@ request with an internal error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.scheduler.req import Req
+
+if TYPE_CHECKING:
+    from tercet.scheduler.request_queues import RequestQueues
+    from tercet.scheduler.stop_conditions import StopConditions
 
 
 @dataclass(frozen=True)
@@ -21,28 +27,29 @@ class TokenChoice:
     top_logprobs: list | None = None
 
 
-def sample_rows(scheduler, reqs: list[Req], logits) -> list[TokenChoice | None]:
+def sample_rows(reqs: list[Req], logits, stop_conditions: "StopConditions", failures: ContainedFailures,
+                queues: "RequestQueues") -> list[TokenChoice | None]:
     """The next token of each request (row i of ``logits`` is ``reqs[i]``); None
-    where that request failed and was ended."""
+    where that request failed and was ended (through ``queues``)."""
     try:
-        return _sample(scheduler, reqs, logits)
+        return _sample(reqs, logits, stop_conditions)
     except Exception:
-        scheduler.failures.record("sampling", f"sampling a batch of {len(reqs)} rows failed; sampling them one by one")
+        failures.record("sampling", f"sampling a batch of {len(reqs)} rows failed; sampling them one by one")
     choices: list[TokenChoice | None] = []
     for row, req in enumerate(reqs):
         try:
-            choices.extend(_sample(scheduler, [req], logits[row:row + 1]))
+            choices.extend(_sample([req], logits[row:row + 1], stop_conditions))
         except Exception:
-            scheduler.failures.record("sampling", f"sampling request {req.rid!r} failed")
-            scheduler.fail(req, "sampling its next token")
+            failures.record("sampling", f"sampling request {req.rid!r} failed")
+            if not req.is_finished:  # its grammar may have ended it already this step
+                queues.fail(req, internal_failure_reason("sampling its next token"))
             choices.append(None)
     return choices
 
 
-def _sample(scheduler, reqs: list[Req], logits) -> list[TokenChoice]:
+def _sample(reqs: list[Req], logits, stop_conditions) -> list[TokenChoice]:
     from tercet.model.sampler import SamplingBatch, sample
 
-    stop_conditions = scheduler.stop_conditions
     sampling_batch = SamplingBatch.from_params(
         [req.sampling_params for req in reqs],
         seeds=[req.seed for req in reqs],

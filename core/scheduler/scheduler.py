@@ -19,33 +19,28 @@ cache), since after one of those no request's KV can be trusted.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import secrets
 
-import zmq
-
-from tercet.channels import MessageReceiver, MessageSender
-from tercet.containment import INTERNAL_FAILURE_STATUS, ContainedFailures, internal_failure_message
+from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlRequest
-from tercet.dispatcher import TypeBasedDispatcher
 from tercet.errors import RequestError
+from tercet.manager_io import ManagerIO
 from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
-from tercet.plugin_manager import message_handlers
 from tercet.process_context import ProcessContext
 from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
-from tercet.scheduler.control import answer, builtin_control_handlers
+from tercet.scheduler.control import ControlTarget, answer, builtin_control_handlers
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
 from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import send_outputs_contained
 from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
-from tercet.scheduler.stats import SchedulerStats
+from tercet.scheduler.request_queues import RequestQueues
 from tercet.scheduler.stop_conditions import StopConditions
 from tercet.stage_timer import stage_timer
 from tercet.watchdog import StepHeartbeat
@@ -75,61 +70,53 @@ class Scheduler:
         self.kv_memory = RequestKVMemory(model_runner, prefix_cache)
         self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
         self.failures = ContainedFailures(f"scheduler (rank {rank})", logger)
+        # The one owner of which request is where, and of the counters about them.
+        self.queues = RequestQueues(self.kv_memory)
         policies = context.registries.scheduling_policies
-        self.policy = ContainedPolicy(
+        policy = ContainedPolicy(
             policies.get(config.scheduler.policy)(config),
             plugin_name=policies.entries[config.scheduler.policy].plugin_name,
             failures=self.failures,
         )
-        self.admission = Admission(self, config.scheduler)
-        self.model_step = ModelStep(self, config.scheduler.chunked_prefill_size)
+        self.admission = Admission(self.queues, self.kv_memory, policy, config.scheduler)
         grammar_backends = context.registries.grammar_backends
         self.grammars = GrammarCompiler(
             lambda: grammar_backends.get(config.grammar.backend)(grammar_tokenizer(tokenizer, model_runner)),
             config.grammar.cache_size,
             plugin_name=grammar_backends.entries[config.grammar.backend].plugin_name,
         )
+        self.model_step = ModelStep(
+            self.queues, self.kv_memory, model_runner, self.timer,
+            stop_conditions=self.stop_conditions, failures=self.failures,
+            grammar_plugin=self.grammars.plugin_name, chunked_prefill_size=config.scheduler.chunked_prefill_size,
+        )
+        self.control_target = ControlTarget(rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures)
 
-        serializer = context.create_serializer()
-        self.zmq_context = zmq.Context()
-        self.receiver = MessageReceiver(
-            self.zmq_context, port_args.scheduler_inputs[rank], serializer, bind=True,
-            edge=EDGE_FROM_TOKENIZER, failures=self.failures,
-        )
-        self.sender_to_detokenizer = MessageSender(self.zmq_context, port_args.detokenizer_input, serializer)
+        self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
+        self.receiver = self.io.open_receiver(port_args.scheduler_inputs[rank], self.failures)
+        self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
         # Control replies go straight back to the TokenizerManager.
-        self.sender_to_tokenizer = MessageSender(self.zmq_context, port_args.tokenizer_input, serializer)
+        self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
         handlers = [
-            *builtin_control_handlers(self),
+            *builtin_control_handlers(self.control_target),
             # Plugins' handlers see a snapshot of the rank's figures, never the scheduler itself.
-            *[
-                (message_type, lambda message, handler=handler: handler(SchedulerStats.of(self), message))
-                for message_type, handler in message_handlers(context.plugin_manager, "scheduler")
-            ],
+            *self.io.plugin_handlers(self.control_target.stats),
         ]
-        self.dispatcher = TypeBasedDispatcher(
-            [
-                (TokenizedGenerateReq, self.handle_generate_request),
-                (AbortReq, self.handle_abort_request),
-                *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
-                  else (message_type, handler) for message_type, handler in handlers],
-            ]
-        )
-        # Waiting requests are group leaders; their followers wait inside them.
-        self.waiting: list[Req] = []
-        self.running: list[Req] = []
-        self.arrival_counter = itertools.count()
-        # Finished or refused requests whose last output has not been sent yet.
-        self.finished_unsent: list[Req] = []
-        self.num_retractions = 0
-        self.num_prompt_tokens_admitted = 0
-        self.num_prompt_tokens_from_cache = 0
-        self.is_paused = False
+        self.io.set_handlers([
+            (TokenizedGenerateReq, self.handle_generate_request),
+            (AbortReq, self.handle_abort_request),
+            *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
+              else (message_type, handler) for message_type, handler in handlers],
+        ])
         self.waiting_is_stuck = False
 
     @property
     def prefix_cache(self) -> RadixCache | None:
         return self.kv_memory.prefix_cache
+
+    @property
+    def policy(self) -> ContainedPolicy:
+        return self.admission.policy
 
     # -- the loop ---------------------------------------------------------
 
@@ -148,33 +135,34 @@ class Scheduler:
             # A grammar compiling in its thread: look again soon rather than wait for a message.
             self.receiver.poll(timeout_ms=GRAMMAR_POLL_MS if self.grammars.pending else None)
         with self.timer.stage("receive"):
-            for message in self.receiver.receive_pending():
-                self.dispatch(message)
+            self.io.dispatch_pending()
 
     def dispatch(self, message) -> None:
-        self.dispatcher.dispatch_contained(message, EDGE_FROM_TOKENIZER, self.failures)
+        """Handle one message as the loop does (see the loop-error policy in tercet.manager_io)."""
+        self.io.dispatch(message)
 
     @property
     def is_idle(self) -> bool:
         """Nothing can change until a message arrives: sleep until one does."""
-        return self.is_paused or not self.running and (not self.waiting or self.waiting_is_stuck)
+        queues = self.queues
+        return queues.is_paused or not queues.running and (not queues.waiting or self.waiting_is_stuck)
 
     def run_step(self) -> None:
         if self.grammars.pending:
             self.admit_compiled_grammars()
-        if not self.is_paused:
+        if not self.queues.is_paused:
             with self.timer.stage("schedule"):
                 admitted = self.admission.admit_waiting_requests()
             # Nothing runs and nothing could be admitted: only a message (an abort,
             # a new request, a control request) can change that.
-            self.waiting_is_stuck = not admitted and not self.running
-            if self.running:
+            self.waiting_is_stuck = not admitted and not self.queues.running
+            if self.queues.running:
                 self.model_step.run()
         self.send_outputs()
 
     def replying(self, handler):
         """Wrap a control handler: its result (or failure) goes back as a ControlReply."""
-        return lambda message: self.sender_to_tokenizer.send(answer(self, message, handler))
+        return lambda message: self.sender_to_tokenizer.send(answer(self.control_target, message, handler))
 
     # -- message handlers -------------------------------------------------
 
@@ -187,41 +175,45 @@ class Scheduler:
             return
         except Exception:
             self.failures.record("generate_request", f"setting up request {message.rid!r} failed")
-            self.refuse(message, self.internal_failure("setting up the request"))
+            self.refuse(message, internal_failure_reason("setting up the request"))
             return
         reason = self.why_it_can_never_run(group)
         if reason is not None:
-            for req in group:
-                self.finish(req, reason)
+            self.finish_group(group, reason)
             return
         if message.sampling_params.constraint is not None:
+            self.queues.hold_for_grammar(group)
             self.grammars.submit(group)  # joins the waiting queue once compiled
             return
-        self.waiting.append(group[0])
+        self.queues.enqueue(group[0])
 
     def admit_compiled_grammars(self) -> None:
         for group, error in self.grammars.take_ready():
             if error is None:
-                self.waiting.append(group[0])
+                self.queues.enqueue(group[0])
                 continue
             status, message = error
             kind = group[0].sampling_params.constraint[0]
             reason = FinishReason("abort", message=f"{kind}: {message}", status_code=status, param=kind)
-            for req in group:
-                self.finish(req, reason)
+            self.finish_group(group, reason)
+
+    def finish_group(self, group: list[Req], reason: FinishReason) -> None:
+        """End every completion of a group that never reached the queues (refused, or its grammar failed)."""
+        for req in group:
+            self.queues.finish(req, reason)
 
     def request_group(self, message: TokenizedGenerateReq) -> list[Req]:
         """The n completions of one prompt: a leader, and followers waiting inside it."""
         params = message.sampling_params
         # The TokenizerManager always fixes a seed; another sender may not.
         seed = params.seed if params.seed is not None else secrets.randbits(63)
-        arrival_index = next(self.arrival_counter)
+        arrival_index = self.queues.next_arrival_index()
         group = [
             Req(choice_rid(message.rid, index, params.n), list(message.input_ids), params, arrival_index,
                 priority=message.priority, tenant=message.tenant, seed=completion_seed(seed, index))
             for index in range(params.n)
         ]
-        group[0].followers = group[1:]
+        group[0].lead(group[1:])
         logger.debug(
             "request %s: %d prompt tokens, n=%d, priority %d, tenant %s",
             message.rid, len(message.input_ids), params.n, message.priority, message.tenant,
@@ -257,90 +249,23 @@ class Scheduler:
         n = n if isinstance(n, int) and 1 <= n <= MAX_N else 1
         for index in range(n):
             req = Req(choice_rid(message.rid, index, n), list(message.input_ids), SamplingParams(), -1)
-            self.finish(req, reason)
-
-    @staticmethod
-    def internal_failure(what: str) -> FinishReason:
-        return FinishReason("abort", message=internal_failure_message(what), status_code=INTERNAL_FAILURE_STATUS)
-
-    def fail(self, req: Req, what: str) -> None:
-        """End one running request whose own part of the step failed (already recorded)."""
-        if req in self.running:
-            self.running.remove(req)
-        for leader in self.running:
-            if req in leader.followers:
-                leader.followers.remove(req)
-        for member in req.followers:  # completions still waiting on its prompt end with it
-            self.finish(member, self.internal_failure(what))
-        req.followers = []
-        self.finish(req, self.internal_failure(what))
+            self.queues.finish(req, reason)
 
     def handle_abort_request(self, message: AbortReq) -> None:
+        reason = FinishReason("abort", message="aborted")
+        # The rest of a compiling group ends too: it was never started.
         for group in self.grammars.drop({message.rid}):
-            for req in group:  # the rest of the group ends too: it was never started
-                self.finish(req, FinishReason("abort", message="aborted"))
-        for req in self.running:
-            if req.rid == message.rid:
-                for leader in self.running:
-                    if req in leader.followers:  # still waiting for its leader's prompt
-                        leader.followers.remove(req)
-                self.running.remove(req)
-                self.finish(req, FinishReason("abort", message="aborted"))
-                return
-        for leader in self.waiting:
-            for req in leader.group:
-                if req.rid == message.rid:
-                    self.remove_from_waiting(leader, req)
-                    self.finish(req, FinishReason("abort", message="aborted"))
-                    return
-
-    def remove_from_waiting(self, leader: Req, req: Req) -> None:
-        if req is not leader:
-            leader.followers.remove(req)
-            return
-        position = self.waiting.index(leader)
-        if leader.followers:
-            # The next completion leads the rest of the group.
-            successor, successor.followers = leader.followers[0], leader.followers[1:]
-            self.waiting[position] = successor
-        else:
-            del self.waiting[position]
-        leader.followers = []
-
-    # -- request life -----------------------------------------------------
-
-    def retract(self, req: Req) -> None:
-        """Send a running request (and any followers waiting on it) back to the waiting queue."""
-        for member in req.group:
-            self.kv_memory.release(member)
-            self.running.remove(member)
-        if req.prompt_logprobs is not None and len(req.prompt_logprobs.token_ids) < len(req.input_ids):
-            req.prompt_logprobs = None  # recomputed from the start when it resumes
-        req.num_retractions += 1
-        self.num_retractions += 1
-        self.waiting.append(req)
-        logger.info(
-            "retracted request %s (%d tokens) to free KV memory; %d retractions so far",
-            req.rid, req.num_tokens, self.num_retractions,
-        )
-
-    def finish(self, req: Req, reason: FinishReason) -> None:
-        req.finish_reason = reason
-        self.kv_memory.release(req)
-        self.finished_unsent.append(req)
+            self.finish_group(group, reason)
+        self.queues.abort(message.rid, reason)
 
     # -- output -----------------------------------------------------------
 
     def send_outputs(self) -> None:
-        ready = [req for req in self.running if len(req.output_ids) > req.num_sent_tokens] + self.finished_unsent
-        self.finished_unsent = []
+        ready = self.queues.take_outputs_to_send()
         if ready:
             with self.timer.stage("output"):
-                send_outputs_contained(self, ready)
+                send_outputs_contained(ready, self.sender_to_detokenizer, self.failures, self.queues)
 
     def close(self) -> None:
         self.grammars.close()
-        self.receiver.close()
-        self.sender_to_detokenizer.close()
-        self.sender_to_tokenizer.close()
-        self.zmq_context.term()
+        self.io.close()

@@ -9,6 +9,11 @@ figures for every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.request_queues import RequestQueues
 
 
 @dataclass(frozen=True)
@@ -34,21 +39,21 @@ class SchedulerStats:
         return self.kv_used_tokens / self.kv_total_tokens if self.kv_total_tokens else 0.0
 
     @classmethod
-    def of(cls, scheduler) -> "SchedulerStats":
-        memory = scheduler.kv_memory
-        page_size = memory.page_size
-        allocator = memory.page_allocator
-        cache = scheduler.prefix_cache
+    def of(cls, rank: int, queues: "RequestQueues", kv_memory: "RequestKVMemory") -> "SchedulerStats":
+        """The figures of a rank's RequestQueues and RequestKVMemory now."""
+        page_size = kv_memory.page_size
+        allocator = kv_memory.page_allocator
+        cache = kv_memory.prefix_cache
         return cls(
-            rank=scheduler.rank,
-            num_running_requests=len(scheduler.running),
-            num_waiting_requests=sum(len(leader.group) for leader in scheduler.waiting),
+            rank=rank,
+            num_running_requests=queues.num_running,
+            num_waiting_requests=queues.num_waiting,
             page_size=page_size,
             kv_used_tokens=(allocator.num_total - allocator.num_free) * page_size,
-            kv_total_tokens=memory.capacity_tokens,
+            kv_total_tokens=kv_memory.capacity_tokens,
             prefix_cache_tokens=cache.num_cached_pages * page_size if cache else 0,
-            prompt_tokens_admitted=scheduler.num_prompt_tokens_admitted,
-            prompt_tokens_from_cache=scheduler.num_prompt_tokens_from_cache,
-            num_retractions=scheduler.num_retractions,
-            is_paused=scheduler.is_paused,
+            prompt_tokens_admitted=queues.num_prompt_tokens_admitted,
+            prompt_tokens_from_cache=queues.num_prompt_tokens_from_cache,
+            num_retractions=queues.num_retractions,
+            is_paused=queues.is_paused,
         )

@@ -86,7 +86,7 @@ class Harness:
             for output in self.step():
                 for rid, new_ids in zip(output.rids, output.new_token_ids):
                     tokens.setdefault(rid, []).extend(new_ids)
-            if not (self.scheduler.running or self.scheduler.waiting or self.scheduler.grammars.pending):
+            if not (self.scheduler.queues.has_requests or self.scheduler.grammars.pending):
                 return tokens
         raise AssertionError("requests did not finish")
 

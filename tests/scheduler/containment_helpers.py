@@ -18,7 +18,7 @@ def run_to_the_end(harness, max_steps=500):
                 tokens.setdefault(rid, []).extend(new_ids)
                 if reason is not None:
                     reasons[rid] = reason
-        if not (harness.scheduler.running or harness.scheduler.waiting):
+        if not harness.scheduler.queues.has_requests:
             return tokens, reasons
     raise AssertionError("requests did not finish")
 

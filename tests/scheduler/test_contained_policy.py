@@ -30,7 +30,7 @@ class DroppingPolicy:
 
 
 def contain(harness, policy):
-    harness.scheduler.policy = ContainedPolicy(policy, "test-plugin", harness.scheduler.failures)
+    harness.scheduler.admission.policy = ContainedPolicy(policy, "test-plugin", harness.scheduler.failures)
 
 
 def test_a_raising_policy_falls_back_to_arrival_order_and_is_counted(harness):
@@ -65,9 +65,9 @@ def test_a_raising_preemption_choice_preempts_nothing(harness):
 def test_arrival_order_sorts_by_arrival_index(harness):
     harness.send(TokenizedGenerateReq("x", [1, 2], greedy(1)))
     harness.send(TokenizedGenerateReq("y", [1, 2], greedy(1)))
-    harness.scheduler.is_paused = True  # keep them waiting
+    harness.scheduler.queues.pause()  # keep them waiting
     harness.step()
-    waiting = harness.scheduler.waiting
+    waiting = harness.scheduler.queues.waiting
     assert [req.rid for req in arrival_order(list(reversed(waiting)))] == ["x", "y"]
 
 
@@ -90,9 +90,9 @@ def test_a_policy_sees_read_only_views_and_its_order_is_used(harness):
     contain(harness, recording)
     for rid in ("first", "second"):
         harness.send(TokenizedGenerateReq(rid, [4, 5, 6], greedy(2)))
-    harness.scheduler.is_paused = True
+    harness.scheduler.queues.pause()
     harness.step()  # both arrive and wait
-    waiting = list(harness.scheduler.waiting)
+    waiting = list(harness.scheduler.queues.waiting)
     ordered = harness.scheduler.policy.order(waiting, harness.scheduler.policy.scheduler_view([], None))
     assert [req.rid for req in ordered] == ["second", "first"]  # the policy's order, as the scheduler's requests
     view = recording.seen[0]

@@ -33,7 +33,7 @@ def run(harness, *messages):
                 if reason is not None:
                     reasons[rid] = reason
         scheduler = harness.scheduler
-        if not (scheduler.running or scheduler.waiting or scheduler.grammars.pending):
+        if not (scheduler.queues.has_requests or scheduler.grammars.pending):
             return tokens, reasons
     raise AssertionError("requests did not finish")
 

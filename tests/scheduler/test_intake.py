@@ -16,7 +16,7 @@ def refusal(harness, message):
     # Every completion id its sender waits on is told.
     assert set(reasons) == ({message.rid} if n == 1 else {f"{message.rid}#{index}" for index in range(n)})
     assert {(reason.kind, reason.status_code) for reason in reasons.values()} == {("abort", 400)}
-    assert harness.scheduler.running == [] and harness.scheduler.waiting == []
+    assert not harness.scheduler.queues.has_requests
     (text,) = {reason.message for reason in reasons.values()}
     return text
 

@@ -29,7 +29,7 @@ def test_a_row_that_cannot_be_encoded_ends_its_request_and_the_batch_still_goes_
     harness.send(TokenizedGenerateReq("good", [5, 6, 7], greedy(4)))
     harness.send(TokenizedGenerateReq("bad", [8, 9, 10], greedy(4)))
     harness.step()  # both admitted and prefilled; their first tokens went out
-    (bad,) = [req for req in harness.scheduler.running if req.rid == "bad"]
+    (bad,) = [req for req in harness.scheduler.queues.running if req.rid == "bad"]
     bad.num_prefix_cache_hits = object()  # no serializer can encode this
     tokens, reasons = run_to_the_end(harness)
     assert is_internal_failure(reasons["bad"])

@@ -95,7 +95,7 @@ def test_prompt_logprobs_are_whole_when_the_prompt_is_chunked(make_harness):
         for _ in range(20):
             for output in harness.step():
                 logprobs = output.prompt_logprobs[0] or logprobs
-            if not harness.scheduler.running and not harness.scheduler.waiting:
+            if not harness.scheduler.queues.has_requests:
                 break
         results.append(logprobs)
     chunked, whole = results

@@ -35,7 +35,7 @@ def test_pages_return_to_the_pool_on_finish_and_abort(harness):
     reasons = {rid: reason for o in outputs for rid, reason in zip(o.rids, o.finished_reasons) if reason}
     assert reasons["aborted"].kind == "abort"
     assert allocator.num_free == baseline
-    assert harness.scheduler.running == [] and harness.scheduler.waiting == []
+    assert not harness.scheduler.queues.has_requests
 
 
 def test_a_request_that_can_never_fit_is_refused(harness):
@@ -58,7 +58,7 @@ def test_decode_out_of_memory_retracts_and_resumes_with_the_same_output(make_har
     for rid, prompt in prompts.items():
         tight.send(TokenizedGenerateReq(rid, prompt, greedy(60)))
     together = tight.run_until_finished()
-    assert tight.scheduler.num_retractions > 0
+    assert tight.scheduler.queues.num_retractions > 0
     assert together == alone
     assert tight.scheduler.kv_memory.page_allocator.num_free == tight.scheduler.kv_memory.page_allocator.num_total
 
@@ -88,7 +88,7 @@ def test_n_completions_prefill_the_prompt_once(harness):
         for output in outputs:
             for rid, new_ids in zip(output.rids, output.new_token_ids):
                 tokens.setdefault(rid, []).extend(new_ids)
-        if len(harness.scheduler.running) == 0:
+        if harness.scheduler.queues.num_running == 0:
             break
         outputs = harness.step()
     assert all(len(ids) == 4 for ids in tokens.values())
@@ -135,7 +135,7 @@ def test_abort_of_one_waiting_completion_keeps_the_others(make_harness):
     harness.send(TokenizedGenerateReq("full2", list(range(1, 21)), greedy(100)))
     harness.send(TokenizedGenerateReq("group", [7, 8, 9], greedy(30, n=2)))
     harness.step()
-    (leader,) = [req for req in harness.scheduler.waiting if req.rid.startswith("group")]
+    (leader,) = [req for req in harness.scheduler.queues.waiting if req.rid.startswith("group")]
     assert [req.rid for req in leader.group] == ["group#0", "group#1"]
     harness.send(AbortReq("group#0"))
     tokens = {}
@@ -146,7 +146,7 @@ def test_abort_of_one_waiting_completion_keeps_the_others(make_harness):
                 tokens.setdefault(rid, []).extend(new_ids)
                 if reason:
                     reasons[rid] = reason
-        if not (harness.scheduler.running or harness.scheduler.waiting):
+        if not harness.scheduler.queues.has_requests:
             break
     assert reasons["group#0"].kind == "abort" and tokens["group#0"] == []
     # The other completion led on alone and finished.
@@ -158,7 +158,7 @@ def test_more_completions_than_the_batch_cap_are_refused(harness):
     (output,) = harness.step()
     assert {reason.status_code for reason in output.finished_reasons} == {400}
     assert "max_running_requests" in output.finished_reasons[0].message
-    assert harness.scheduler.waiting == []
+    assert harness.scheduler.queues.waiting == ()
 
 
 def test_abort_of_a_completion_waiting_for_its_leaders_chunked_prompt(make_harness):
@@ -176,9 +176,21 @@ def test_requests_held_by_the_batch_cap_start_when_the_running_one_finishes(make
     harness.send(TokenizedGenerateReq("second", [4, 5, 6], greedy(3)))
     for _ in range(3):
         harness.step()
-    assert harness.scheduler.running == [] and len(harness.scheduler.waiting) == 1
+    assert harness.scheduler.queues.running == () and len(harness.scheduler.queues.waiting) == 1
     # The loop must not sleep now: the waiting request can run.
     assert not harness.scheduler.is_idle
     harness.step()
-    assert [req.rid for req in harness.scheduler.running] == ["second"]
+    assert [req.rid for req in harness.scheduler.queues.running] == ["second"]
     assert not harness.scheduler.is_idle
+
+
+def test_abort_of_a_leader_whose_completions_wait_for_its_chunked_prompt(make_harness):
+    harness = make_harness(max_total_tokens=1024, settings=["scheduler.chunked_prefill_size=8"])
+    harness.send(TokenizedGenerateReq("g", list(range(1, 40)), greedy(4, n=3)))
+    harness.step()  # the leader fed its first chunk; the other two wait for the rest
+    harness.send(AbortReq("g#0"))
+    outputs = harness.run_until_finished()
+    assert outputs.get("g#0", []) == []
+    # The next completion took the lead: both still get their whole (greedy, so equal) output.
+    assert len(outputs["g#1"]) == 4 and outputs["g#1"] == outputs["g#2"]
+    assert not harness.scheduler.queues.has_requests
