@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-from running_server import RunningServer  # noqa: E402
+from tercet.testing import RunningServer
 
 
 def build_prompts(tokenizer, num_requests: int, system_tokens: int) -> list[list[int]]:

@@ -1,4 +1,4 @@
-"""The ``tercet`` command: serve, config show, plugins, bench, bench-offline, bench-ipc."""
+"""The ``tercet`` command: serve, config show, plugins, plugin new, bench, bench-offline, bench-ipc."""
 
 from __future__ import annotations
 
@@ -67,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     # The configuration says which plugins are disabled.
     add_config_arguments(plugins)
 
+    plugin = commands.add_parser("plugin", help="plugin authoring commands")
+    plugin_commands = plugin.add_subparsers(dest="plugin_command", required=True)
+    new = plugin_commands.add_parser(
+        "new", help="write a pip-installable plugin package skeleton for a kind",
+        description="Write a pip-installable package for a new plugin: pyproject.toml with its entry point, "
+                    "the module, a README and tests using tercet.testing's fixtures.",
+    )
+    new.add_argument("kind", metavar="KIND", help="the kind of component, e.g. scheduling-policy (an unknown one lists them)")
+    new.add_argument("name", metavar="NAME", help="the component's name, e.g. shortest-first")
+    new.add_argument("--directory", metavar="DIR", default=".", help="where to create NAME/ (default: here)")
+
     bench = commands.add_parser(
         "bench", help="benchmark an OpenAI-compatible server: throughput, TTFT, inter-token latency"
     )
@@ -110,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             config = config_from_arguments(arguments)
             described = describe_plugins(create_plugin_manager(disabled=config.disabled_plugins))
             print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
+            return 0
+        if arguments.command == "plugin":
+            from tercet.plugin_skeleton import write_skeleton
+
+            target = write_skeleton(arguments.kind, arguments.name, arguments.directory)
+            print(f"wrote {target}; next: pip install -e {target} && python -m pytest {target}")
             return 0
         if arguments.command == "bench":
             from tercet.bench.serving_command import run_bench

@@ -11,7 +11,6 @@ from tercet.plugin_manager import ENTRY_POINT_GROUP, collect
 
 
 def describe_plugins(plugin_manager: pluggy.PluginManager) -> list[dict]:
-    distributions = {id(plugin): dist for plugin, dist in plugin_manager.list_plugin_distinfo()}
     registered: dict[str, list[dict]] = {}
     for kind in COMPONENT_KINDS:
         for registration in collect(plugin_manager, kind.hook).entries.values():
@@ -20,9 +19,10 @@ def describe_plugins(plugin_manager: pluggy.PluginManager) -> list[dict]:
 
     described = []
     for name, plugin in sorted(plugin_manager.list_name_plugin(), key=lambda pair: pair[0]):
+        # Only a plugin loaded from an entry point comes from a distribution (not an inline one).
+        entry_point = entry_points.get(name)
+        dist = getattr(entry_point, "dist", None)
         if plugin is None:  # disabled (blocked): never imported, so only its entry point is known
-            entry_point = entry_points.get(name)
-            dist = getattr(entry_point, "dist", None)
             described.append({
                 "name": name,
                 "module": entry_point.value if entry_point else None,
@@ -33,7 +33,6 @@ def describe_plugins(plugin_manager: pluggy.PluginManager) -> list[dict]:
                 "registers": [],
             })
             continue
-        dist = distributions.get(id(plugin))
         described.append(
             {
                 "name": name,

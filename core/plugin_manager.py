@@ -46,7 +46,7 @@ def create_plugin_manager(
     for name in disabled:
         plugin_manager.set_blocked(name)
     if load_entry_points:
-        _load_entry_points(plugin_manager)
+        register_entry_points(plugin_manager)
     for plugin in extra_plugins:
         _register(plugin_manager, plugin)
     check_plugins(plugin_manager)
@@ -57,23 +57,26 @@ def installed_plugin_names() -> list[str]:
     return sorted({entry_point.name for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)})
 
 
-def _load_entry_points(plugin_manager: pluggy.PluginManager) -> None:
-    try:
-        plugin_manager.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-    except pluggy.PluginValidationError as error:
-        raise ConfigError(f"plugin {_name_of(plugin_manager, error.plugin)!r}: {error}") from None
-    except Exception:
-        # pluggy does not say which entry point failed: find it, to name it.
-        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            if plugin_manager.get_plugin(entry_point.name) is None and not plugin_manager.is_blocked(entry_point.name):
-                try:
-                    entry_point.load()
-                except Exception as error:
-                    raise ConfigError(
-                        f"plugin {entry_point.name!r} ({entry_point.value}) cannot be imported: "
-                        f"{type(error).__name__}: {error}; disable it with plugins.disable = [{entry_point.name!r}]"
-                    ) from error
-        raise
+def register_entry_points(plugin_manager: pluggy.PluginManager) -> None:
+    """Register every ``tercet`` entry point not blocked or registered already, each under its name."""
+    # importlib.metadata.entry_points() gives each distribution once, the copy that import
+    # finds first on sys.path. (pluggy's own loader walks every copy, so a shadowed install,
+    # such as a system-wide tercet beneath a venv made with --system-site-packages, would
+    # add its plugins too, and those may not even import.)
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if plugin_manager.get_plugin(entry_point.name) is not None or plugin_manager.is_blocked(entry_point.name):
+            continue
+        try:
+            plugin = entry_point.load()
+        except Exception as error:
+            raise ConfigError(
+                f"plugin {entry_point.name!r} ({entry_point.value}) cannot be imported: "
+                f"{type(error).__name__}: {error}; disable it with plugins.disable = [{entry_point.name!r}]"
+            ) from error
+        try:
+            plugin_manager.register(plugin, name=entry_point.name)
+        except pluggy.PluginValidationError as error:
+            raise ConfigError(f"plugin {entry_point.name!r}: {error}") from None
 
 
 def _register(plugin_manager: pluggy.PluginManager, plugin) -> None:

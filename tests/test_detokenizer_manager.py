@@ -20,7 +20,7 @@ from tercet.messages import (
     FinishReason,
     TokenLogprobs,
 )
-from tercet.plugin_manager import create_plugin_manager
+from tercet.plugin_manager import create_plugin_manager, register_entry_points
 from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext
 
@@ -53,7 +53,7 @@ class Harness:
     def __init__(self, runtime_parent, tokenizer, settings, plugin_manager=None):
         config = load_config(environ={}, overrides=parse_set_options(settings))
         if plugin_manager is not None:
-            plugin_manager.load_setuptools_entrypoints("tercet")
+            register_entry_points(plugin_manager)
         context = ProcessContext.create(config, plugin_manager)
         self.strategy = config.detokenizer.strategy
         self.port_args = PortArgs.create(context.create_transport(), parent_dir=str(runtime_parent))

@@ -42,8 +42,16 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 def test_wheel_has_core_and_plugin_packages(wheel):
     names = set(wheel.namelist())
     for module in ["tercet/hookspecs.py", "tercet/scheduler/scheduler.py", "tercet/model/llama.py",
-                   "tercet/http/app.py", "tercet/plugins/msgpack_serializer.py"]:
+                   "tercet/http/app.py", "tercet/plugins/msgpack_serializer.py", "tercet/testing/pytest_plugin.py"]:
         assert module in names
+    # `tercet plugin new` reads its templates from the installed package.
+    assert "tercet/skeleton_templates/pyproject.toml.tmpl" in names
+    assert "tercet/skeleton_templates/scheduling_policies/plugin.py.tmpl" in names
+
+
+def test_the_wheel_declares_the_pytest_plugin(wheel):
+    (entry_points,) = [name for name in wheel.namelist() if name.endswith("entry_points.txt")]
+    assert "[pytest11]\ntercet = tercet.testing.pytest_plugin" in wheel.read(entry_points).decode()
 
 
 def test_wheel_registers_builtins_and_the_command(wheel):

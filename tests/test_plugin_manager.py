@@ -194,3 +194,18 @@ def test_a_kinds_own_choices_name_no_registration_and_are_listed_when_a_name_is_
     assert registries.chosen("linear_methods", TercetConfig()) is None  # "auto"
     with pytest.raises(ConfigError, match=r"unknown linear method 'q3' \(model.quantization\); available: auto, none, dense"):
         registries.chosen("linear_methods", TercetConfig().replace("model", quantization="q3"))
+
+
+def test_a_shadowed_copy_of_a_distribution_adds_no_plugins(tmp_path, monkeypatch):
+    """Two copies of one distribution on sys.path (a venv's over a system-wide one): only the
+    copy that import would use counts, so the other's plugins are not even imported."""
+    from tercet.testing import write_plugin_folder
+
+    used = write_plugin_folder(tmp_path / "used", {"shadow_demo_used": "json"}, distribution="tercet-shadow-demo")
+    shadowed = write_plugin_folder(tmp_path / "shadowed", {"shadow_demo_stale": "no_such_module_anywhere"},
+                                   distribution="tercet-shadow-demo")
+    monkeypatch.syspath_prepend(str(shadowed))
+    monkeypatch.syspath_prepend(str(used))
+    names = [name for name, _ in create_plugin_manager().list_name_plugin()]
+    assert "shadow_demo_used" in names
+    assert "shadow_demo_stale" not in names

@@ -1,23 +1,11 @@
-"""A real tiny server for the serving benchmark's end-to-end tests.
-
-tests/e2e's fixtures are not visible here, so this re-creates the one needed
-from the same ``RunningServer`` helper, found the way tests/e2e finds it.
-"""
-
-import sys
-from pathlib import Path
+"""A real tiny server for the serving benchmark's end-to-end tests (tercet.testing's starter)."""
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-
 
 @pytest.fixture(scope="session")
-def bench_tiny_server(tmp_path_factory, tiny_llama_dir):
-    from running_server import TINY_SETTINGS, RunningServer
+def bench_tiny_server(tercet_start_server, tiny_llama_dir):
+    from tercet.testing import TINY_SETTINGS
 
-    server = RunningServer(tiny_llama_dir, tmp_path_factory.mktemp("bench-server") / "server.log", TINY_SETTINGS)
-    try:
-        yield server.wait_until_healthy()
-    finally:
-        server.stop()
+    # Its own server, not the shared tercet_tiny_server: the benchmark's figures are its alone.
+    return tercet_start_server(tiny_llama_dir, TINY_SETTINGS)

@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from running_server import free_port
+
+from tercet.testing import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -10,12 +10,26 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
+from packaging.version import Version
+
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib"
 
 
 def pip(*arguments):
     subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *arguments],
                    check=True, timeout=300)
+
+
+def build_options() -> list[str]:
+    """Build with this environment's setuptools, offline, when it is recent enough for the
+    contrib pyproject files (PEP 639 licence strings need setuptools 77); otherwise in
+    pip's isolated build environment, with setuptools from the package index."""
+    try:
+        if Version(metadata.version("setuptools")) >= Version("77"):
+            return ["--no-build-isolation", "--no-index"]
+    except metadata.PackageNotFoundError:
+        pass
+    return []
 
 
 def is_installed(distribution: str) -> bool:
@@ -42,7 +56,7 @@ def contrib_installed(distribution: str, module: str, work_dir: Path, snapshot):
     # Built from a copy, so the build leaves no build/ or egg-info in the source tree.
     source = work_dir / distribution
     shutil.copytree(CONTRIB / distribution, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip("install", "--no-deps", "--no-build-isolation", "--no-index", str(source))
+    pip("install", "--no-deps", *build_options(), str(source))
     importlib.invalidate_caches()
     try:
         yield before

@@ -6,15 +6,13 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from tercet.config import TercetConfig
 from tercet.plugin_manager import PluginRegistries, create_plugin_manager
-from tercet.sampling_params import SamplingParams
 from tercet.scheduler.policy import SchedulerView
-from tercet.scheduler.req import Req
+from tercet.testing import make_request_view
 
 from contrib_install import contrib_installed
 
@@ -44,8 +42,8 @@ def make_fair_share(config=None):
     )
 
 
-def make_req(rid, arrival_index, tenant, num_prompt_tokens=4, max_new_tokens=4):
-    return Req(rid, [1] * num_prompt_tokens, SamplingParams(max_new_tokens=max_new_tokens), arrival_index, tenant=tenant)
+def tenant_request(rid, arrival_index, tenant, num_prompt_tokens=4, max_new_tokens=4):
+    return make_request_view(rid, arrival_index, [1] * num_prompt_tokens, max_new_tokens=max_new_tokens, tenant=tenant)
 
 
 def rids(reqs):
@@ -73,7 +71,7 @@ def test_tercet_plugins_shows_its_distribution(fair_share_installed):
 
 
 def test_a_later_tenant_is_not_stuck_behind_an_earlier_ones_burst(fair_share_installed):
-    waiting = [make_req("a1", 0, "A"), make_req("a2", 1, "A"), make_req("a3", 2, "A"), make_req("b1", 3, "B")]
+    waiting = [tenant_request("a1", 0, "A"), tenant_request("a2", 1, "A"), tenant_request("a3", 2, "A"), tenant_request("b1", 3, "B")]
     fcfs = PluginRegistries.from_plugin_manager(create_plugin_manager()).scheduling_policies.get("fcfs")(TercetConfig())
     assert rids(fcfs.order(waiting, NO_VIEW)) == ["a1", "a2", "a3", "b1"]
     assert rids(make_fair_share().order(waiting, NO_VIEW)) == ["a1", "b1", "a2", "a3"]
@@ -81,22 +79,22 @@ def test_a_later_tenant_is_not_stuck_behind_an_earlier_ones_burst(fair_share_ins
 
 def test_the_tenant_served_least_goes_first(fair_share_installed):
     policy = make_fair_share()
-    big = make_req("a-big", 0, "A", num_prompt_tokens=100)
+    big = tenant_request("a-big", 0, "A", num_prompt_tokens=100)
     assert rids(policy.order([big], NO_VIEW)) == ["a-big"]
     # a-big left the queue: it was admitted, and A's account holds its tokens.
     view = SchedulerView(running=[big], prefix_cache=None)
-    waiting = [make_req("a1", 1, "A"), make_req("b1", 2, "B"), make_req("b2", 3, "B")]
+    waiting = [tenant_request("a1", 1, "A"), tenant_request("b1", 2, "B"), tenant_request("b2", 3, "B")]
     assert rids(policy.order(waiting, view)) == ["b1", "b2", "a1"]
 
 
 def test_an_idle_tenant_joins_at_the_busy_ones_level(fair_share_installed):
     policy = make_fair_share()
     for index in range(3):  # A is served alone for a while
-        policy.order([make_req(f"a{index}", index, "A")], NO_VIEW)
-    running = [make_req("a-running", 3, "A")]  # A's last request is still running
+        policy.order([tenant_request(f"a{index}", index, "A")], NO_VIEW)
+    running = [tenant_request("a-running", 3, "A")]  # A's last request is still running
     view = SchedulerView(running=running, prefix_cache=None)
     policy.order([], view)
-    waiting = [make_req("b1", 4, "B"), make_req("b2", 5, "B"), make_req("a4", 6, "A")]
+    waiting = [tenant_request("b1", 4, "B"), tenant_request("b2", 5, "B"), tenant_request("a4", 6, "A")]
     # B joins at A's completed service (24 - 8 running = 16), not at 0: it gets
     # one request's head start, then the tie goes to the earlier arrival.
     assert rids(policy.order(waiting, view)) == ["b1", "b2", "a4"]
@@ -104,13 +102,13 @@ def test_an_idle_tenant_joins_at_the_busy_ones_level(fair_share_installed):
 
 
 def test_requests_without_a_tenant_share_the_default_tenant(fair_share_installed):
-    waiting = [make_req("n1", 0, None), make_req("n2", 1, None), make_req("d1", 2, "default"), make_req("c1", 3, "C")]
+    waiting = [tenant_request("n1", 0, None), tenant_request("n2", 1, None), tenant_request("d1", 2, "default"), tenant_request("c1", 3, "C")]
     assert rids(make_fair_share().order(waiting, NO_VIEW)) == ["n1", "c1", "n2", "d1"]
 
 
 def test_weights_give_a_tenant_a_bigger_share(fair_share_installed):
     config = TercetConfig(plugins={"fair_share": {"weights": {"A": 2}}})
-    waiting = [make_req(f"a{index}", index, "A") for index in range(4)] + [make_req(f"b{index}", 4 + index, "B") for index in range(2)]
+    waiting = [tenant_request(f"a{index}", index, "A") for index in range(4)] + [tenant_request(f"b{index}", 4 + index, "B") for index in range(2)]
     assert rids(make_fair_share(config).order(waiting, NO_VIEW)) == ["a0", "b0", "a1", "a2", "b1", "a3"]
 
 
@@ -120,20 +118,17 @@ def test_a_weight_that_is_not_positive_is_named(fair_share_installed):
 
 
 @pytest.mark.e2e
-def test_a_server_selects_it_in_toml_and_serves_tenants_fairly(fair_share_installed, tmp_path, tiny_llama_dir):
+def test_a_server_selects_it_in_toml_and_serves_tenants_fairly(fair_share_installed, tercet_start_server, tiny_llama_dir):
     """End to end: chosen in tercet.toml, tenants from the X-Tenant header."""
     import asyncio
     import time as clock
 
     import httpx
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-    from running_server import TINY_SETTINGS, RunningServer, num_running, num_waiting, wait_for_ranks
+    from tercet.testing import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
 
-    config_file = tmp_path / "tercet.toml"
-    config_file.write_text('[scheduler]\npolicy = "fair-share"\nmax_running_requests = 1\n')
-    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS[:2], ["--config", str(config_file)])
-    server.wait_until_healthy()
+    server = tercet_start_server(tiny_llama_dir, TINY_SETTINGS[:2],
+                                 config='[scheduler]\npolicy = "fair-share"\nmax_running_requests = 1\n')
     finished: list[str] = []
 
     async def send(client, name, tenant, max_new_tokens):

@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -210,19 +209,18 @@ NUM_SUFFIX_TOKENS = 3
     [("msgpack", 1), ("msgpack", 2), ("pickle", 2)],
     ids=["msgpack-dp1", "msgpack-dp2", "pickle-dp2"],
 )
-def test_a_server_reports_each_ranks_kv_and_prefix_hits(kv_stats_installed, tmp_path, tiny_llama_dir, serializer_name, dp_size):
+def test_a_server_reports_each_ranks_kv_and_prefix_hits(kv_stats_installed, tercet_start_server, tiny_llama_dir,
+                                                      serializer_name, dp_size):
     """Requests sharing a long prefix, sent one after the other: round robin gives
     every rank two of them, so every rank finds the prefix cached once."""
     import httpx
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-    from running_server import TINY_SETTINGS, RunningServer
+    from tercet.testing import TINY_SETTINGS
 
     settings = [*TINY_SETTINGS, f"ipc.serializer={serializer_name}", f"scheduler.dp_size={dp_size}",
                 "scheduler.load_balance=round_robin"]
-    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", settings)
+    server = tercet_start_server(tiny_llama_dir, settings)
     try:
-        server.wait_until_healthy()
         with httpx.Client(base_url=server.base_url, timeout=120) as client:
             before = client.get("/kv_stats")
             assert before.status_code == 200, before.text

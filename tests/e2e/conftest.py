@@ -1,7 +1,6 @@
 from pathlib import Path
 
 import pytest
-from running_server import TINY_SETTINGS, RunningServer
 
 E2E_DIR = Path(__file__).parent
 
@@ -16,22 +15,13 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
+# The servers come from tercet.testing's fixtures; these are the names tercet's tests use.
 @pytest.fixture(scope="session")
-def start_server(tmp_path_factory):
+def start_server(tercet_start_server):
     """Start a real server; every server started is stopped at the end of the session."""
-    started: list[RunningServer] = []
-
-    def start(model_path, settings=(), extra_args=(), env=None):
-        log_path = tmp_path_factory.mktemp("server") / "server.log"
-        server = RunningServer(model_path, log_path, list(settings), list(extra_args), env)
-        started.append(server)
-        return server.wait_until_healthy()
-
-    yield start
-    for server in started:
-        server.stop()
+    return tercet_start_server
 
 
 @pytest.fixture(scope="session")
-def tiny_server(start_server, tiny_llama_dir):
-    return start_server(tiny_llama_dir, TINY_SETTINGS)
+def tiny_server(tercet_tiny_server):
+    return tercet_tiny_server

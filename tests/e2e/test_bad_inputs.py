@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from running_server import TINY_SETTINGS
 
 from tercet.config import ServerConfig
+from tercet.testing import TINY_SETTINGS
 
 SURROGATE = "\ud800"  # what JSON's "\ud800" decodes to: UTF-8 (and so msgpack) cannot encode it
 DEEP = 100_000

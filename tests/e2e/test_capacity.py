@@ -4,7 +4,7 @@ import asyncio
 
 import httpx
 
-from running_server import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
+from tercet.testing import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
 
 # Long enough that the first two are still running and waiting while the refused ones are sent.
 MAX_NEW_TOKENS = 900

@@ -16,7 +16,8 @@ import shutil
 
 import httpx
 import pytest
-from running_server import TINY_SETTINGS
+
+from tercet.testing import TINY_SETTINGS
 
 API_KEY = "browser-test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

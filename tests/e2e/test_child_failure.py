@@ -10,7 +10,7 @@ import time
 import httpx
 import psutil
 
-from running_server import TINY_SETTINGS, RunningServer
+from tercet.testing import TINY_SETTINGS, RunningServer
 
 
 def gone(pids):

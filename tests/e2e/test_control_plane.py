@@ -7,7 +7,7 @@ import httpx
 import pytest
 import torch
 
-from running_server import TINY_SETTINGS
+from tercet.testing import TINY_SETTINGS
 
 LAYOUTS = [(1, "ipc"), (1, "tcp"), (2, "ipc"), (2, "tcp")]
 LONG = {"max_new_tokens": 600, "temperature": 0, "ignore_eos": True}

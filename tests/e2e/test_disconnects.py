@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from running_server import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
+from tercet.testing import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
 
 # Long enough that no request here can finish on its own before its client leaves.
 LONG = 900

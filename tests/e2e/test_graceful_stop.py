@@ -15,7 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from running_server import TINY_SETTINGS, RunningServer, num_waiting, wait_for_ranks
+
+from tercet.testing import TINY_SETTINGS, RunningServer, num_waiting, wait_for_ranks
 
 MAX_TOKENS = 24
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import psutil
 
-from running_server import TINY_SETTINGS, RunningServer, num_running, num_waiting, wait_for_ranks
+from tercet.testing import TINY_SETTINGS, RunningServer, num_running, num_waiting, wait_for_ranks
 
 
 def poll_status(url: str, wanted: int, timeout: float = 30) -> httpx.Response:

@@ -20,7 +20,8 @@ import msgpack
 import psutil
 import pytest
 import zmq
-from running_server import TINY_SETTINGS, wait_for_ranks
+
+from tercet.testing import TINY_SETTINGS, wait_for_ranks
 
 SHORT_BODY = {"text": "Count", "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
 FORGED_PROMPT_LENGTH = 40

@@ -49,11 +49,11 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from running_server import TINY_SETTINGS
 from schemathesis import GenerationMode
 from schemathesis.checks import negative_data_rejection
 
 from tercet.http import openapi
+from tercet.testing import TINY_SETTINGS
 
 FUZZ_MAX_TOKENS = 64
 FUZZ_CONTEXT_LEN = 256

@@ -14,7 +14,8 @@ import threading
 
 import httpx
 import pytest
-from running_server import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
+
+from tercet.testing import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks, write_plugin_folder
 
 PLUGIN_SOURCE = '''
 from tercet.hookspecs import hookimpl
@@ -54,20 +55,12 @@ def register_detokenizers(register):
 PLUGIN_NAME = "fragile"  # the entry point's name, which pluggy records as the plugin's
 
 
-def install_plugin(folder) -> str:
-    (folder / "tercet_fragile.py").write_text(PLUGIN_SOURCE)
-    dist_info = folder / "tercet_fragile-0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: tercet-fragile\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text(f"[tercet]\n{PLUGIN_NAME} = tercet_fragile\n")
-    return str(folder)
-
-
 @pytest.fixture(scope="module")
 def server(start_server, tiny_llama_dir, tmp_path_factory):
-    plugin_path = install_plugin(tmp_path_factory.mktemp("fragile-plugin"))
+    plugin_folder = write_plugin_folder(tmp_path_factory.mktemp("fragile-plugin"), {PLUGIN_NAME: "tercet_fragile"},
+                                        modules={"tercet_fragile": PLUGIN_SOURCE}, distribution="tercet-fragile")
     settings = TINY_SETTINGS + ["scheduler.policy=fragile", "detokenizer.strategy=fragile"]
-    return start_server(tiny_llama_dir, settings, env={"PYTHONPATH": plugin_path})
+    return start_server(tiny_llama_dir, settings, env={"PYTHONPATH": str(plugin_folder)})
 
 
 def generate(server, priority=0, skip_special_tokens=True, max_new_tokens=8, stream=False):

@@ -4,7 +4,8 @@ import re
 import time
 
 import httpx
-from running_server import TINY_SETTINGS
+
+from tercet.testing import TINY_SETTINGS
 
 
 def profile_line(name: str, log: str) -> str | None:

@@ -15,7 +15,8 @@ import sys
 import time
 
 import psutil
-from running_server import TINY_SETTINGS, RunningServer
+
+from tercet.testing import TINY_SETTINGS, RunningServer
 
 
 def runtime_dir_of(server: RunningServer) -> str:

@@ -5,7 +5,7 @@ import asyncio
 import httpx
 import openai
 
-from running_server import TINY_SETTINGS, num_running, wait_for_ranks
+from tercet.testing import TINY_SETTINGS, num_running, wait_for_ranks
 
 SHARED_PREFIX = " ".join(f"rule {index}: be kind." for index in range(20))
 

@@ -23,7 +23,8 @@ import time
 import httpx
 import psutil
 import pytest
-from running_server import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
+
+from tercet.testing import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks
 
 pytestmark = pytest.mark.soak
 

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from running_server import TINY_SETTINGS
+from tercet.testing import TINY_SETTINGS
 
 BODY = {"text": "The weather today is", "sampling_params": {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}}
 

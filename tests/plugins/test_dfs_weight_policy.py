@@ -1,10 +1,9 @@
 from tercet.config import TercetConfig
 from tercet.model.kv_cache import PageAllocator
-from tercet.sampling_params import SamplingParams
+from tercet.plugins.dfs_weight_policy import DepthFirstByWeight
 from tercet.scheduler.policy import SchedulerView
 from tercet.scheduler.radix_cache import RadixCache
-from tercet.scheduler.req import Req
-from tercet.plugins.dfs_weight_policy import DepthFirstByWeight
+from tercet.testing import make_request_view
 
 PAGE_SIZE = 2
 SHARED = [1, 2, 3, 4]
@@ -21,10 +20,6 @@ def cache_holding(*prompts):
     return cache
 
 
-def make_req(rid, arrival_index, input_ids):
-    return Req(rid, list(input_ids), SamplingParams(), arrival_index)
-
-
 def order(waiting, prefix_cache):
     view = SchedulerView(running=[], prefix_cache=prefix_cache)
     return [req.rid for req in DepthFirstByWeight(TercetConfig()).order(waiting, view)]
@@ -33,13 +28,13 @@ def order(waiting, prefix_cache):
 def test_heavier_subtrees_first_and_a_node_after_its_subtrees():
     cache = cache_holding(BRANCH_X, BRANCH_Y, OTHER)
     waiting = [
-        make_req("other", 0, OTHER + [1]),
-        make_req("x", 1, BRANCH_X + [9]),
-        make_req("y-early", 2, BRANCH_Y + [9]),
-        make_req("shared-only", 3, SHARED + [9, 9]),
-        make_req("y-partly", 4, SHARED + [7, 8, 0, 0]),  # reaches into y's edge without covering it
-        make_req("uncached", 5, [50, 51]),
-        make_req("y-late", 6, BRANCH_Y),
+        make_request_view("other", 0, OTHER + [1]),
+        make_request_view("x", 1, BRANCH_X + [9]),
+        make_request_view("y-early", 2, BRANCH_Y + [9]),
+        make_request_view("shared-only", 3, SHARED + [9, 9]),
+        make_request_view("y-partly", 4, SHARED + [7, 8, 0, 0]),  # reaches into y's edge without covering it
+        make_request_view("uncached", 5, [50, 51]),
+        make_request_view("y-late", 6, BRANCH_Y),
     ]
     # SHARED holds 5 waiting requests (y: 3, x: 1, itself: 1), OTHER 1, the root itself 1.
     assert order(waiting, cache) == ["y-early", "y-partly", "y-late", "x", "shared-only", "other", "uncached"]
@@ -47,9 +42,9 @@ def test_heavier_subtrees_first_and_a_node_after_its_subtrees():
 
 def test_equal_weights_go_by_earliest_arrival_in_the_subtree():
     cache = cache_holding(BRANCH_X, BRANCH_Y)
-    waiting = [make_req("x", 1, BRANCH_X), make_req("y", 0, BRANCH_Y), make_req("x-again", 2, BRANCH_X)]
+    waiting = [make_request_view("x", 1, BRANCH_X), make_request_view("y", 0, BRANCH_Y), make_request_view("x-again", 2, BRANCH_X)]
     assert order(waiting, cache) == ["x", "x-again", "y"]
-    waiting = [make_req("x", 1, BRANCH_X), make_req("y", 0, BRANCH_Y)]
+    waiting = [make_request_view("x", 1, BRANCH_X), make_request_view("y", 0, BRANCH_Y)]
     assert order(waiting, cache) == ["y", "x"]
 
 
@@ -57,11 +52,11 @@ def test_ordering_leaves_the_tree_as_it_was():
     cache = cache_holding(BRANCH_X, BRANCH_Y)
     (shared,) = cache.root.children.values()
     edges_before = sorted(child.token_ids for child in shared.children.values())
-    order([make_req("y-partly", 0, SHARED + [7, 8, 0, 0])], cache)
+    order([make_request_view("y-partly", 0, SHARED + [7, 8, 0, 0])], cache)
     assert [node.token_ids for node in cache.root.children.values()] == [tuple(SHARED)]
     assert sorted(child.token_ids for child in shared.children.values()) == edges_before
 
 
 def test_without_a_prefix_cache_it_is_arrival_order():
-    waiting = [make_req("b", 1, BRANCH_X), make_req("a", 0, OTHER), make_req("c", 2, BRANCH_X)]
+    waiting = [make_request_view("b", 1, BRANCH_X), make_request_view("a", 0, OTHER), make_request_view("c", 2, BRANCH_X)]
     assert order(waiting, None) == ["a", "b", "c"]

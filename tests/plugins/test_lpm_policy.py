@@ -1,10 +1,9 @@
 from tercet.config import TercetConfig
 from tercet.model.kv_cache import PageAllocator
-from tercet.sampling_params import SamplingParams
+from tercet.plugins.lpm_policy import LongestPrefixMatch
 from tercet.scheduler.policy import SchedulerView
 from tercet.scheduler.radix_cache import RadixCache
-from tercet.scheduler.req import Req
-from tercet.plugins.lpm_policy import LongestPrefixMatch
+from tercet.testing import make_request_view
 
 PAGE_SIZE = 2
 
@@ -16,12 +15,6 @@ def cache_holding(*prompts):
     return cache
 
 
-def make_req(rid, arrival_index, input_ids, output_ids=()):
-    req = Req(rid, list(input_ids), SamplingParams(), arrival_index)
-    req.output_ids = list(output_ids)
-    return req
-
-
 def order(waiting, prefix_cache):
     view = SchedulerView(running=[], prefix_cache=prefix_cache)
     return [req.rid for req in LongestPrefixMatch(TercetConfig()).order(waiting, view)]
@@ -30,21 +23,21 @@ def order(waiting, prefix_cache):
 def test_longest_cached_prefix_first_ties_by_arrival():
     cache = cache_holding([1, 2, 3, 4, 5, 6, 7, 8])
     waiting = [
-        make_req("none", 0, [9, 9, 9, 9]),
-        make_req("four-early", 1, [1, 2, 3, 4, 5, 5]),
-        make_req("eight", 2, [1, 2, 3, 4, 5, 6, 7, 8, 0]),
-        make_req("two", 3, [1, 2, 0]),
-        make_req("four-late", 4, [1, 2, 3, 4, 0]),
+        make_request_view("none", 0, [9, 9, 9, 9]),
+        make_request_view("four-early", 1, [1, 2, 3, 4, 5, 5]),
+        make_request_view("eight", 2, [1, 2, 3, 4, 5, 6, 7, 8, 0]),
+        make_request_view("two", 3, [1, 2, 0]),
+        make_request_view("four-late", 4, [1, 2, 3, 4, 0]),
     ]
     assert order(waiting, cache) == ["eight", "four-early", "four-late", "two", "none"]
 
 
 def test_a_resumed_request_counts_its_output_as_prefix():
     cache = cache_holding([1, 2, 3, 4, 5, 6])
-    waiting = [make_req("fresh", 0, [1, 2, 3, 4]), make_req("resumed", 1, [1, 2], output_ids=[3, 4, 5, 6])]
+    waiting = [make_request_view("fresh", 0, [1, 2, 3, 4]), make_request_view("resumed", 1, [1, 2], output_ids=[3, 4, 5, 6])]
     assert order(waiting, cache) == ["resumed", "fresh"]
 
 
 def test_without_a_prefix_cache_it_is_arrival_order():
-    waiting = [make_req("b", 1, [1, 2, 3, 4]), make_req("a", 0, [9]), make_req("c", 2, [1, 2])]
+    waiting = [make_request_view("b", 1, [1, 2, 3, 4]), make_request_view("a", 0, [9]), make_request_view("c", 2, [1, 2])]
     assert order(waiting, None) == ["a", "b", "c"]

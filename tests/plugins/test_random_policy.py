@@ -2,16 +2,15 @@ import pytest
 
 from tercet.config import TercetConfig
 from tercet.errors import ConfigError
-from tercet.sampling_params import SamplingParams
-from tercet.scheduler.policy import SchedulerView
-from tercet.scheduler.req import Req
 from tercet.plugins.random_policy import RandomOrder
+from tercet.scheduler.policy import SchedulerView
+from tercet.testing import make_request_view
 
 NO_VIEW = SchedulerView(running=[], prefix_cache=None)
 
 
 def make_queue(size=20):
-    return [Req(f"r{index}", [1, 2], SamplingParams(), index) for index in range(size)]
+    return [make_request_view(f"r{index}", index, [1, 2]) for index in range(size)]
 
 
 def orders(seed, num_steps=3):

@@ -1,4 +1,8 @@
-"""Start a real ``tercet serve`` in a subprocess for end-to-end tests."""
+"""A real ``tercet serve`` in a subprocess: started, waited for, stopped.
+
+The server is the command a user runs (``python -m tercet serve``), with its
+own processes, sockets and HTTP, so a test of a plugin sees what a user would.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import httpx
-import psutil
 
 # Small pools keep start-up quick and memory low on a 2-core CI machine.
 TINY_SETTINGS = ["cache.max_total_tokens=4096", "cache.page_size=8", "scheduler.max_running_requests=8"]
@@ -24,18 +28,21 @@ def free_port() -> int:
 
 
 class RunningServer:
-    def __init__(self, model_path: Path | None, log_path: Path, settings: list[str] = (), extra_args: list[str] = (),
-                 env: dict[str, str] | None = None):
+    """``model_path`` None serves the built-in default model; ``settings`` are
+    ``--set section.key=value`` strings; ``env`` is added to this process's."""
+
+    def __init__(self, model_path: Path | None, log_path: Path, settings: Sequence[str] = (),
+                 extra_args: Sequence[str] = (), env: dict[str, str] | None = None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
+        self.log_path = Path(log_path)
         command = [sys.executable, "-m", "tercet", "serve", "--port", str(self.port)]
-        if model_path is not None:  # None: the built-in default model
+        if model_path is not None:
             command += ["--model", str(model_path)]
         for setting in settings:
             command += ["--set", setting]
         command += list(extra_args)
-        self.log_file = open(log_path, "w")
+        self.log_file = open(self.log_path, "w")
         self.process = subprocess.Popen(command, stdout=self.log_file, stderr=subprocess.STDOUT,
                                         env={**os.environ, **(env or {})})
 
@@ -52,7 +59,9 @@ class RunningServer:
             time.sleep(0.2)
         raise TimeoutError(f"server not healthy after {timeout} s:\n{self.log()}")
 
-    def child_processes(self) -> list[psutil.Process]:
+    def child_processes(self) -> list:
+        import psutil  # a test dependency, not tercet's
+
         return psutil.Process(self.process.pid).children(recursive=True)
 
     def log(self) -> str:
@@ -61,6 +70,7 @@ class RunningServer:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> int:
+        """SIGTERM (a graceful drain), a kill after 30 s; the exit status."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -70,6 +80,12 @@ class RunningServer:
                 self.process.wait()
         self.log_file.close()
         return self.process.returncode
+
+    def __enter__(self) -> "RunningServer":
+        return self.wait_until_healthy()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
 
 
 def wait_for_ranks(base_url: str, predicate, timeout: float = 60) -> list[dict]:
