@@ -25,6 +25,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int)
     parser.add_argument("--served-model-name", metavar="NAME", help="model name shown by /v1/models")
     parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
+    parser.add_argument("--tp-size", type=int, metavar="N", help="tensor-parallel processes per data-parallel rank")
+    parser.add_argument("--dp-size", type=int, metavar="N", help="data-parallel ranks (model replicas)")
     parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="any config value, e.g. --set scheduler.max_running_requests=8 (repeatable)",
@@ -43,6 +45,8 @@ def config_from_arguments(arguments: argparse.Namespace):
         ("server", "host"): arguments.host,
         ("server", "port"): arguments.port,
         ("server", "api_key"): arguments.api_key,
+        ("parallel", "tp_size"): arguments.tp_size,
+        ("scheduler", "dp_size"): arguments.dp_size,
     }
     for (section, key), value in direct.items():
         if value is not None:

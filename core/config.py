@@ -27,6 +27,7 @@ from tercet.config_sections import (  # noqa: F401 (re-exported)
     GrammarConfig,
     IpcConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
     ServerConfig,
     TercetConfig,

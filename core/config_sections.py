@@ -127,6 +127,13 @@ class GrammarConfig:
 
 
 @dataclass(frozen=True)
+class ParallelConfig:
+    # Tensor-parallel worker processes per data-parallel rank, one torch.distributed
+    # group each (gloo on CPU, NCCL on CUDA); every one holds a shard of the model.
+    tp_size: int = field(default=1, metadata={"min": 1, "max": 64})
+
+
+@dataclass(frozen=True)
 class ToolsConfig:
     # The tool-call parser: how tool calls are written in the model's output.
     parser: str = "hermes"
@@ -143,6 +150,7 @@ class TercetConfig:
     detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # [plugins] disable: entry-point plugins that are not loaded at all, in any process.

@@ -28,6 +28,7 @@ from tercet.messages import (
     FinishReason,
 )
 from tercet.process_context import ProcessContext
+from tercet.process_title import set_process_title
 from tercet.stage_timer import stage_timer
 from tercet.stop_strings import StopStringFilter
 
@@ -173,6 +174,7 @@ class DetokenizerManager:
 
 
 def run_detokenizer_process(config, port_args, ready_writer) -> None:
+    set_process_title("tercet detokenizer")
     def build(context: ProcessContext):
         from tercet.tokenizer import load_tokenizer
 

@@ -21,8 +21,9 @@ from tercet.errors import TercetError
 from tercet.plugin_manager import collect_pairs
 from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext, configure_logging
+from tercet.process_title import set_process_title
 from tercet.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
-from tercet.scheduler.process import run_scheduler_process
+from tercet.scheduler.process import run_scheduler_process, scheduler_name
 from tercet.supervisor import ChildFailed, ChildSupervisor
 from tercet.watchdog import StepHeartbeat
 
@@ -42,6 +43,7 @@ def resolve_model(config: TercetConfig) -> TercetConfig:
 def launch_server(config: TercetConfig) -> int:
     """Run a server until SIGINT/SIGTERM (exit code 0) or a failure (non-zero)."""
     configure_logging("server", config.server.log_level)
+    set_process_title("tercet server (http api, tokenizer)")
     context = ProcessContext.create(config)
     config = resolve_model(config)
     context = dataclasses.replace(context, config=config)
@@ -63,13 +65,15 @@ def launch_server(config: TercetConfig) -> int:
     supervisor = ChildSupervisor()
     try:
         timeout = config.server.startup_timeout
-        dp_size = config.scheduler.dp_size
+        dp_size, tp_size = config.scheduler.dp_size, config.parallel.tp_size
         for rank in range(dp_size):
-            name = "scheduler" if dp_size == 1 else f"scheduler-{rank}"
-            heartbeat = StepHeartbeat()
-            scheduler_info = supervisor.start(
-                name, run_scheduler_process, (config, port_args, rank, heartbeat), timeout, heartbeat
-            )
+            # A data-parallel rank is tp_size processes, which only come up together.
+            group = []
+            for tp_rank in range(tp_size):
+                heartbeat = StepHeartbeat()
+                name = scheduler_name(rank, tp_rank, dp_size, tp_size)
+                group.append((name, run_scheduler_process, (config, port_args, rank, heartbeat, tp_rank), heartbeat))
+            scheduler_info = supervisor.start_together(group, timeout)[0]
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
         return asyncio.run(serve_api(context, port_args, supervisor, scheduler_info["context_len"]))
     except ChildFailed as failure:

@@ -67,12 +67,24 @@ class ChildSupervisor:
         ``target(*args, ready_writer)`` runs in the child; a ``heartbeat`` the
         child beats is watched by :meth:`watch`.
         """
-        reader, writer = _spawn.Pipe(duplex=False)
-        process = _spawn.Process(target=target, args=(*args, writer), name=f"tercet-{name}")
-        process.start()
-        writer.close()
-        self.children.append(Child(name, process, heartbeat))
+        return self.start_together([(name, target, args, heartbeat)], timeout)[0]
+
+    def start_together(self, children: list[tuple], timeout: float) -> list[dict]:
+        """Start ``(name, target, args, heartbeat)`` children at once, then wait until each is ready
+        (a tensor-parallel group only comes up when all its ranks do); what each reported, in order."""
+        started = []
+        for name, target, args, heartbeat in children:
+            reader, writer = _spawn.Pipe(duplex=False)
+            process = _spawn.Process(target=target, args=(*args, writer), name=f"tercet-{name}")
+            process.start()
+            writer.close()
+            self.children.append(Child(name, process, heartbeat))
+            started.append((name, process, reader))
         deadline = time.monotonic() + timeout
+        return [self._wait_until_ready(name, process, reader, deadline, timeout) for name, process, reader in started]
+
+    @staticmethod
+    def _wait_until_ready(name, process, reader, deadline: float, timeout: float) -> dict:
         while time.monotonic() < deadline:
             if reader.poll(0.2):
                 try:

@@ -11,6 +11,7 @@ that request alone with a 400 naming the problem.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -21,8 +22,12 @@ logger = logging.getLogger(__name__)
 
 
 class GrammarCompiler:
-    def __init__(self, backend_factory, cache_size: int, plugin_name: str | None = None):
+    def __init__(self, backend_factory, cache_size: int, plugin_name: str | None = None,
+                 wait_for_compiles: bool = False):
         self._backend_factory = backend_factory
+        # True: take_ready waits for every pending compile, so what is ready never
+        # depends on timing (tensor-parallel ranks must agree on it).
+        self.wait_for_compiles = wait_for_compiles
         # Who registered the backend, for the failure counts.
         self.plugin_name = plugin_name
         self._backend: GrammarBackend | None = None
@@ -59,6 +64,8 @@ class GrammarCompiler:
         """Groups whose compile finished: ``(group, None)`` with a matcher on every
         completion, or ``(group, (status, message))``: 400 for a constraint that
         cannot be compiled, 500 for a backend that failed."""
+        if self.wait_for_compiles:
+            concurrent.futures.wait([future for _, future in self.pending])
         ready, still = [], []
         for group, future in self.pending:
             if not future.done():

@@ -5,16 +5,54 @@ from __future__ import annotations
 import logging
 
 from tercet.child_process import run_child
+from tercet.process_title import set_process_title
 
 
-def run_scheduler_process(config, port_args, rank, heartbeat, ready_writer) -> None:
-    log_name = "scheduler" if config.scheduler.dp_size == 1 else f"scheduler-{rank}"
-    run_child("scheduler", config, ready_writer, lambda context: _build(context, port_args, rank, heartbeat), log_name)
+def scheduler_name(rank: int, tp_rank: int, dp_size: int, tp_size: int) -> str:
+    """The process's name in logs and failures: ``scheduler``, ``scheduler-1``, ``scheduler-1-tp0``…"""
+    name = "scheduler" if dp_size == 1 else f"scheduler-{rank}"
+    return name if tp_size == 1 else f"{name}-tp{tp_rank}"
 
 
-def build_model_runner(context):
-    """The model runner a scheduler uses, as the config describes it."""
+def process_title(rank: int, tp_rank: int) -> str:
+    """What ``ps`` shows for a scheduler process, naming its ranks."""
+    return f"tercet scheduler dp{rank} tp{tp_rank}"
+
+
+def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_writer) -> None:
+    set_process_title(process_title(rank, tp_rank))
+    log_name = scheduler_name(rank, tp_rank, config.scheduler.dp_size, config.parallel.tp_size)
+    run_child(
+        "scheduler", config, ready_writer, lambda context: _build(context, port_args, rank, heartbeat, tp_rank),
+        log_name,
+    )
+
+
+def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
+    """This process's place in its data-parallel rank's TP group (:data:`SINGLE` without one)."""
+    from datetime import timedelta
+
+    from tercet.model.tensor_parallel import SINGLE, TensorParallel
+
+    tp_size = config.parallel.tp_size
+    if tp_size == 1:
+        return SINGLE
+    import torch.distributed as dist
+
+    backend = "nccl" if config.model.device.startswith("cuda") else "gloo"
+    # A file in the instance's private runtime directory: the ranks meet there, on this host.
+    dist.init_process_group(
+        backend, init_method=f"file://{port_args.runtime_dir}/tp-group-{rank}", rank=tp_rank, world_size=tp_size,
+        # Peers wait in a broadcast while rank 0 is idle; it speaks every few seconds.
+        timeout=timedelta(seconds=config.server.startup_timeout + 600),
+    )
+    return TensorParallel(tp_rank, tp_size)
+
+
+def build_model_runner(context, tp=None):
+    """The model runner a scheduler uses, as the config describes it (``tp``: its tensor-parallel place)."""
     from tercet.model.model_runner import ModelRunner
+    from tercet.model.tensor_parallel import SINGLE
 
     config = context.config
     linear_methods = context.registries.linear_methods
@@ -30,15 +68,16 @@ def build_model_runner(context):
         kv_cache_memory=config.model.kv_cache_memory,
         dense_from_rows=config.model.dense_from_rows,
         linear_methods={name: linear_methods.get(name) for name in linear_methods.names()},
+        tp=SINGLE if tp is None else tp,
     )
 
 
-def _build(context, port_args, rank, heartbeat):
+def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer import load_tokenizer
 
     config = context.config
-    model_runner = build_model_runner(context)
+    model_runner = build_model_runner(context, join_tensor_parallel_group(config, port_args, rank, tp_rank))
     # The tokenizer decodes output tails to detect stop strings.
     scheduler = Scheduler(
         context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank, heartbeat=heartbeat

@@ -32,8 +32,8 @@ from tercet.process_context import ProcessContext
 from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
-from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.control import ControlTarget, answer, builtin_control_handlers
+from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
 from tercet.scheduler.model_step import ModelStep
@@ -42,6 +42,7 @@ from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_queues import RequestQueues
 from tercet.scheduler.stop_conditions import StopConditions
+from tercet.scheduler.tensor_parallel_inbox import SilentSender, TensorParallelInbox
 from tercet.stage_timer import stage_timer
 from tercet.watchdog import StepHeartbeat
 
@@ -80,10 +81,14 @@ class Scheduler:
         )
         self.admission = Admission(self.queues, self.kv_memory, policy, config.scheduler)
         grammar_backends = context.registries.grammar_backends
+        # Tensor-parallel ranks must admit a constrained request at the same step:
+        # there, each step waits for the compiles it has started.
+        self.tp = model_runner.tp
         self.grammars = GrammarCompiler(
             lambda: grammar_backends.get(config.grammar.backend)(grammar_tokenizer(tokenizer, model_runner)),
             config.grammar.cache_size,
             plugin_name=grammar_backends.entries[config.grammar.backend].plugin_name,
+            wait_for_compiles=self.tp.enabled,
         )
         self.model_step = ModelStep(
             self.queues, self.kv_memory, model_runner, self.timer,
@@ -93,10 +98,19 @@ class Scheduler:
         self.control_target = ControlTarget(rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures)
 
         self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
-        self.receiver = self.io.open_receiver(port_args.scheduler_inputs[rank], self.failures)
-        self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
-        # Control replies go straight back to the TokenizerManager.
-        self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
+        self.inbox = None
+        if self.tp.rank == 0:
+            self.receiver = self.io.open_receiver(port_args.scheduler_inputs[rank], self.failures)
+            self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
+            # Control replies go straight back to the TokenizerManager.
+            self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
+        else:
+            # A tensor-parallel peer: rank 0 receives and answers for the group.
+            self.io.failures = self.failures
+            self.receiver = None
+            self.sender_to_detokenizer = self.sender_to_tokenizer = SilentSender()
+        if self.tp.enabled:
+            self.inbox = TensorParallelInbox(self.tp, self.receiver)
         handlers = [
             *builtin_control_handlers(self.control_target),
             # Plugins' handlers see a snapshot of the rank's figures, never the scheduler itself.
@@ -131,6 +145,12 @@ class Scheduler:
             self.timer.end_step()
 
     def receive_and_dispatch(self, block: bool) -> None:
+        if self.inbox is not None:
+            poll_ms = GRAMMAR_POLL_MS if self.grammars.pending else None
+            with self.timer.stage("receive"):
+                for message in self.inbox.take(block, poll_ms):
+                    self.dispatch(message)
+            return
         if block:
             # A grammar compiling in its thread: look again soon rather than wait for a message.
             self.receiver.poll(timeout_ms=GRAMMAR_POLL_MS if self.grammars.pending else None)

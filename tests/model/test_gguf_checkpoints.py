@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig
-
-from tercet.errors import ConfigError
-from tercet.model.default_model import find_default_gguf
-from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
 from gguf_fixtures import (
     random_llama_state_dict,
     truncated_copy,
     write_gguf_with_tensor_type,
     write_llama_gguf,
 )
+from transformers import LlamaConfig
+
+from tercet.errors import ConfigError
+from tercet.model.default_model import find_default_gguf
+from tercet.model.model_runner import ModelRunner
+from tercet.plugins.torch_native_attention import create_torch_native_backend
 
 PROMPT = [1, 17, 300, 9000, 42, 7, 123, 5555]
 

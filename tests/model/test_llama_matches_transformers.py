@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_greedy import PagedGreedyDriver
 
 from tercet.errors import ConfigError
 from tercet.model.model_runner import ModelRunner
 from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.paged_greedy import PagedGreedyDriver
 
 PAGE_SIZE = 4
 

@@ -8,7 +8,6 @@ import socket
 
 import pytest
 import torch
-from paged_greedy import greedy_tokens
 
 from tercet.errors import ConfigError
 from tercet.model.gguf_blocks import BlockQuantized, quantize_blocks
@@ -16,6 +15,7 @@ from tercet.model.llama import LlamaShape
 from tercet.model.model_runner import ModelRunner
 from tercet.model.tensor_parallel import LlamaShards, TensorParallel
 from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.paged_greedy import greedy_tokens
 
 PROMPTS = [[1, 2, 3, 4, 5], [100, 200, 300], [7] * 11]
 MAX_NEW_TOKENS = 8

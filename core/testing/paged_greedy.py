@@ -1,4 +1,4 @@
-"""Greedy decoding over the paged cache with a bare ModelRunner: what a scheduler does, reduced to the bone."""
+"""Greedy decoding over the paged cache with a bare ModelRunner: what a scheduler does, reduced to the bone (tests and benchmarks)."""
 
 from __future__ import annotations
 
