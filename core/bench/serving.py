@@ -159,6 +159,7 @@ async def _send_all(
                 )
         finally:
             reporter.cancel()
+            progress.finish()
         return outcomes, time.perf_counter() - start
 
 

@@ -32,6 +32,7 @@ def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
     """This process's place in its data-parallel rank's TP group (:data:`SINGLE` without one)."""
     from datetime import timedelta
 
+    from tercet.model.group_agreement import check_group_agrees, describe_rank
     from tercet.model.tensor_parallel import SINGLE, TensorParallel
 
     tp_size = config.parallel.tp_size
@@ -46,7 +47,9 @@ def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
         # Peers wait in a broadcast while rank 0 is idle; it speaks every few seconds.
         timeout=timedelta(seconds=config.server.startup_timeout + 600),
     )
-    return TensorParallel(tp_rank, tp_size)
+    tp = TensorParallel(tp_rank, tp_size)
+    check_group_agrees(describe_rank(config), tp)
+    return tp
 
 
 def build_model_runner(context, tp=None):

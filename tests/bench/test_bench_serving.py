@@ -100,3 +100,38 @@ def test_no_ignore_eos_leaves_the_extension_out_and_accepts_short_outputs(bench_
     result = json.loads(completed.stdout)
     assert result["config"]["ignore_eos"] is False
     assert result["completed"] == 3 and 3 <= result["total_output_tokens"] <= 3 * 8
+
+
+def run_bench_on_a_terminal(*arguments, timeout=120) -> str:
+    """``tercet bench`` with its stderr on a pseudo-terminal (stdout a pipe); what the terminal showed."""
+    import os
+    import pty
+
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "tercet", "bench", *arguments], stdout=subprocess.PIPE,
+                               stderr=terminal, text=True)
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # the terminal closed: the process is gone
+            break
+        if not chunk:
+            break
+        shown += chunk
+    process.communicate(timeout=timeout)
+    os.close(controller)
+    assert process.returncode == 0, shown
+    return shown.decode(errors="replace")
+
+
+def test_a_terminal_gets_a_live_bar_and_a_pipe_plain_lines(bench_tiny_server):
+    arguments = ("--base-url", bench_tiny_server.base_url, "--num-prompts", "12", "--concurrency", "2",
+                 "--input-len", "16", "--output-len", "24", "--json")
+    shown = run_bench_on_a_terminal(*arguments)
+    # Redrawn in place ("\r"), filled up to every request, and left on a line of its own.
+    assert "\r[" in shown and f"[{'#' * 30}] 12/12 requests" in shown
+    assert shown.rstrip("\r\n").endswith("req/s\x1b[K")
+    piped = run_bench(*arguments)
+    assert piped.returncode == 0 and "\r" not in piped.stderr and "[#" not in piped.stderr

@@ -147,3 +147,36 @@ def test_tp2_greedy_equals_tp1_on_the_default_model():
 
     model_path = ensure_dequantized_default_model(progress=False)
     check_tp2_equals_tp1(model_path, dict(dtype="float32", max_total_tokens=512, page_size=4, quantization="none"))
+
+
+def disagreeing_rank(rank, size, port, results):
+    import torch.distributed as dist
+
+    from tercet.config import TercetConfig
+    from tercet.model.group_agreement import check_group_agrees, describe_rank
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    config = TercetConfig()
+    if rank == 1:
+        config = config.replace("scheduler", max_running_requests=7)
+    try:
+        check_group_agrees(describe_rank(config), TensorParallel(rank, size))
+        results.put((rank, "agreed"))
+    except ConfigError as error:
+        results.put((rank, str(error)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_rank_that_disagrees_stops_the_start_naming_the_difference():
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    ranks = [context.Process(target=disagreeing_rank, args=(rank, 2, port, results)) for rank in range(2)]
+    for process in ranks:
+        process.start()
+    answers = dict(results.get(timeout=JOIN_TIMEOUT) for _ in ranks)
+    for process in ranks:
+        process.join(JOIN_TIMEOUT)
+    for rank in (0, 1):
+        assert "rank 1 disagrees with rank 0 on scheduler.max_running_requests: 7 against 32" in answers[rank]
