@@ -42,7 +42,9 @@ class GrammarMatcher(abc.ABC):
 
     @abc.abstractmethod
     def accept(self, token_id: int) -> bool:
-        """Advance past ``token_id``; False when the grammar does not allow it."""
+        """Advance past ``token_id``; False when the grammar does not allow it. Raise
+        :class:`GrammarError` when the constraint itself cannot go on (the vocabulary
+        cannot write what it needs next): the request then ends with a 400, not a 500."""
 
     @abc.abstractmethod
     def is_complete(self) -> bool:

@@ -34,7 +34,17 @@ class LlguidanceMatcher(GrammarMatcher):
     def accept(self, token_id: int) -> bool:
         if token_id in self.eos_token_ids and self.matcher.is_accepting():
             return True
-        return bool(self.matcher.consume_token(token_id))
+        if self.matcher.consume_token(token_id):
+            return True
+        # The token was one the mask allowed, so the matcher contradicts itself. The
+        # known cause is a constraint needing bytes no token of the vocabulary holds
+        # (SmolLM2's has no token for the byte 0xF1, which starts U+40000…U+7FFFF):
+        # llguidance then lets through the next byte instead. That is the request's
+        # constraint, not a fault of the server: a 400.
+        raise GrammarError(
+            "the constraint cannot be met with this model's vocabulary, which lacks the bytes it needs next "
+            f"(llguidance: {(self.matcher.get_error() or 'token rejected').splitlines()[0]})"
+        )
 
     def is_complete(self) -> bool:
         return self.matcher.is_stopped()

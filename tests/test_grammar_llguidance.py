@@ -66,3 +66,12 @@ def test_an_ebnf_grammar(backend, tokenizer):
     matcher = backend.matcher(backend.compile("ebnf", 'root ::= "left" | "right"'))
     mask = allowed(matcher)
     assert mask[tokenizer.encode("left")[0]] and not mask[tokenizer.encode("up")[0]]
+
+
+def test_a_constraint_the_vocabulary_cannot_write_is_the_requests_error(backend, tokenizer):
+    # U+40000 is the bytes F1 80 80 80, and SmolLM2's vocabulary has no token for the byte F1.
+    assert "ñ" not in tokenizer.backend_tokenizer.get_vocab()
+    matcher = backend.matcher(backend.compile("regex", "\U00040000"))
+    [token_id] = allowed(matcher).nonzero().flatten().tolist()
+    with pytest.raises(GrammarError, match="cannot be met with this model's vocabulary"):
+        matcher.accept(token_id)

@@ -77,14 +77,16 @@ async def _respond(
     build_chunks: ChunkBuilder,
 ) -> Response:
     strings = _token_strings(tokenizer_manager, openai_request)
+    # A refusal names a sampling parameter: here, the request field it came from.
+    renames = {"json_schema": openai_request.constraint_field}
     try:
         stream = await open_generation(request, tokenizer_manager, openai_request.generate_request)
-    except RequestError as error:  # a refusal names a sampling parameter: here, the field it came from
-        raise renamed(error, {"json_schema": openai_request.constraint_field}) from None
-    if openai_request.stream:
-        chunks = build_chunks(openai_request, stream, strings)
-        return EventStreamResponse(event_stream(chunks), on_close=stream.aclose)
-    outputs = await collect_generation(request, stream)
+        if openai_request.stream:
+            chunks = build_chunks(openai_request, stream, strings)
+            return EventStreamResponse(event_stream(chunks), on_close=stream.aclose)
+        outputs = await collect_generation(request, stream)
+    except RequestError as error:
+        raise renamed(error, renames) from None
     return JSONResponse(build_response(openai_request, outputs, strings))
 
 

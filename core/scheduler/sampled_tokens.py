@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures, internal_failure_reason
+from tercet.grammar import GrammarError
 from tercet.messages import FinishReason
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice
@@ -26,6 +27,14 @@ class RequestStepFailed(Exception):
     def __init__(self, what: str):
         super().__init__(what)
         self.what = what
+
+
+class RequestRefused(Exception):
+    """One request cannot go on because of what it asked for; ``reason`` is its 4xx."""
+
+    def __init__(self, reason: FinishReason):
+        super().__init__(reason.message)
+        self.reason = reason
 
 
 class SampledTokens:
@@ -49,6 +58,9 @@ class SampledTokens:
         except RequestStepFailed as failure:
             self.queues.fail(req, internal_failure_reason(failure.what))
             return
+        except RequestRefused as refusal:
+            self.queues.fail(req, refusal.reason)
+            return
         if reason is not None:
             self.queues.finish(req, reason)
 
@@ -58,6 +70,10 @@ class SampledTokens:
         try:
             accepted = req.grammar.accept(token_id)
             complete = accepted and req.grammar.is_complete()
+        except GrammarError as error:
+            # The backend's word that the constraint itself cannot go on: the client's 400.
+            kind = req.sampling_params.constraint[0]
+            raise RequestRefused(FinishReason("abort", message=f"{kind}: {error}", status_code=400, param=kind)) from None
         except Exception:
             accepted = complete = False
         if not accepted:

@@ -135,3 +135,14 @@ def test_a_raising_grammar_backend_ends_only_the_requests_it_serves(harness):
     assert reasons["plain"].kind == "length"
     counts = harness.scheduler.failures.as_dict()
     assert counts["by_kind"]["grammar"] == 1 and counts["by_plugin"] == {"llguidance_grammar": 1}
+
+
+def test_a_constraint_the_vocabulary_cannot_write_ends_its_request_with_a_400(harness):
+    _, reasons = run(
+        harness,
+        TokenizedGenerateReq("astral", [5, 6, 7], params(regex="\U00040000")),
+        TokenizedGenerateReq("good", [5, 6, 7], params(8, ignore_eos=True)),
+    )
+    assert reasons["astral"].status_code == 400 and reasons["astral"].param == "regex"
+    assert "vocabulary" in reasons["astral"].message
+    assert reasons["good"].kind == "length"
