@@ -40,6 +40,7 @@ from tercet.messages import (
 )
 from tercet.process_context import ProcessContext
 from tercet.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
+from tercet.serving_metrics import ServingMetrics
 from tercet.stage_timer import stage_timer
 from tercet.tokenizer import max_bytes_per_token
 
@@ -80,6 +81,8 @@ class TokenizerManager:
         self.communicators: dict[type, Communicator] = {}
         # This process's contained failures, and those the detokenizer reports (it logs its own).
         self.failures = ContainedFailures("server", logger)
+        # What /metrics publishes of the requests (observed here, as their outputs arrive).
+        self.metrics = ServingMetrics(served_model_name)
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.detokenizer_failures = ContainedFailures("detokenizer", logger)
@@ -235,8 +238,10 @@ class TokenizerManager:
             self.rid_to_state.update(states)
             for position, message in enumerate(messages):
                 its_choices = choices[position * n:(position + 1) * n]
-                self.router.send(message, its_choices)
+                rank = self.router.send(message, its_choices)
                 sent.update(its_choices)
+                for choice in its_choices:
+                    self.metrics.started(choice, rank)
             async for output in self._wait_for_outputs(states, event, request.stream):
                 if output.prompt_logprobs is not None:
                     output = dataclasses.replace(output, prompt_token_ids=input_ids[output.index // n])
@@ -325,10 +330,12 @@ class TokenizerManager:
 
     def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
         for position, rid in enumerate(batch.rids):
+            finish_reason = batch.finished_reasons[position]
+            # Counted even when the caller has gone: its abort is a finish reason too.
+            self.metrics.output(rid, len(batch.new_token_ids[position]), batch.prompt_tokens[position], finish_reason)
             state = self.rid_to_state.get(rid)
             if state is None:  # already consumed or aborted by its caller
                 continue
-            finish_reason = batch.finished_reasons[position]
             state.out_list.append(
                 GenerateOutput(
                     rid=rid,

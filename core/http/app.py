@@ -14,7 +14,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
-from tercet.http import chat_page, control_api, health, native_api, openai_api, openapi
+from tercet.http import chat_page, control_api, health, metrics_api, native_api, openai_api, openapi
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
 
@@ -36,12 +36,13 @@ BUILTIN_ROUTES: list[RouteSpec] = [
     *control_api.ROUTES,
     *openapi.ROUTES,
     *chat_page.ROUTES,
+    *metrics_api.ROUTES,
 ]
 # Built-in routes that need the child processes: once one died (and the server
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
 NEEDS_CHILDREN = frozenset(
     path
-    for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES]
+    for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES, *metrics_api.ROUTES]
     if path not in openai_api.MODEL_PATHS
 )
 

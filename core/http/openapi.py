@@ -190,6 +190,10 @@ def build_document(
             }
         },
         **_control_paths(include_update_weights),
+        "/metrics": {
+            "get": _operation("metrics", "Prometheus metrics (text exposition format)", _responses(
+                {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}, "401")),
+        },
         "/": {
             "get": {
                 **_operation("chatPage", "A chat page for people (HTML); never needs the API key",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from tercet.messages import FinishReason, TokenLogprobs
@@ -21,6 +22,8 @@ class Req:
     tenant: str | None = None
     # The seed of this completion (the n completions of a prompt each get their own).
     seed: int = 0
+    # When the scheduler received it (time.monotonic), for the queue-time histogram.
+    arrived_at: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)
     # Moved only by RequestQueues (see tercet.scheduler.request_status).
     status: RequestStatus = RequestStatus.NEW

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING
 
+from tercet.latency_histogram import LatencyHistogram
 from tercet.messages import FinishReason
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_status import RequestStatus
@@ -42,6 +44,8 @@ class RequestQueues:
         # Finished requests whose last output has not been sent yet.
         self._finished_unsent: list[Req] = []
         self._arrival_counter = itertools.count()
+        # Seconds from arrival to first admission, of every completion (published at /metrics).
+        self.queue_times = LatencyHistogram()
         self._num_retractions = 0
         self._num_prompt_tokens_admitted = 0
         self._num_prompt_tokens_from_cache = 0
@@ -125,6 +129,9 @@ class RequestQueues:
             self._become(req, RUNNING)
             self._running.append(req)
         if leader.num_retractions == 0:
+            waited = time.monotonic() - leader.arrived_at
+            for req in leader.group:
+                self.queue_times.observe(waited)
             self._num_prompt_tokens_admitted += len(leader.input_ids)
             self._num_prompt_tokens_from_cache += leader.num_prefix_cache_hits or 0
 

@@ -8,7 +8,7 @@ figures for every rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ class SchedulerStats:
     prompt_tokens_from_cache: int
     num_retractions: int
     is_paused: bool
+    # Seconds from arrival to first admission: LatencyHistogram.as_dict() (empty when not given).
+    queue_time: dict = field(default_factory=dict)
 
     @property
     def kv_usage(self) -> float:
@@ -56,4 +58,5 @@ class SchedulerStats:
             prompt_tokens_from_cache=queues.num_prompt_tokens_from_cache,
             num_retractions=queues.num_retractions,
             is_paused=queues.is_paused,
+            queue_time=queues.queue_times.as_dict(),
         )
