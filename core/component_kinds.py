@@ -154,6 +154,25 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_model_architectures",
+        kind="model architecture",
+        registry="model_architectures",
+        # Chosen by the checkpoint, not the config: its config.json's "architectures".
+        config_key=None,
+        doc="""Register model architectures, by the name a checkpoint's ``config.json`` gives
+    in ``architectures`` (``"LlamaForCausalLM"``; a GGUF's family maps the same way).
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.model.architecture.ModelArchitecture`: ``shape(config)``
+    (the sizes that size the KV pool and split the model), ``create(config,
+    dtype, device, max_positions, tp)`` (the model, running over the paged
+    KV cache as the built-in Llama does) and ``load_weights(model,
+    checkpoint, linear_methods)``. Called in the scheduler process, when it
+    loads the model; a checkpoint whose architecture no plugin registers is a
+    start-up error listing the registered ones.
+    """,
+    ),
+    ComponentKind(
         hook="register_message_types",
         kind="message type",
         registry="message_types",

@@ -87,7 +87,11 @@ def test_each_skeleton_is_a_distribution_whose_module_registers_its_component(sl
     module = import_from(target, names.module)
     registries = PluginRegistries.from_plugin_manager(create_plugin_manager(load_entry_points=False, extra_plugins=[module]))
     registered = registries.by_name[kind.registry].names()
-    assert registered == ([f"{names.module}.{names.entry_point}_req"] if kind.config_key is None else [f"kit-demo-{slug}"])
+    expected = {
+        "message_types": f"{names.module}.{names.entry_point}_req",  # a wire tag
+        "model_architectures": f"{names.class_name}ForCausalLM",  # the name a config.json gives
+    }.get(kind.registry, f"kit-demo-{slug}")
+    assert registered == [expected]
 
 
 def test_the_message_type_skeleton_brings_a_handler_and_a_route():

@@ -18,6 +18,7 @@ import torch
 from tercet.byte_size import format_byte_size, parse_byte_size
 from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig, SchedulerConfig
 from tercet.errors import ConfigError
+from tercet.model.architecture import ModelArchitecture, choose_architecture
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.checkpoint import Checkpoint, open_checkpoint
 from tercet.model.forward_batch import ForwardBatch
@@ -25,10 +26,9 @@ from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.linear_method import LinearMethod
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
-from tercet.model.weights import LinearMethodChoice, LoadReport, load_weights
+from tercet.model.weights import LinearMethodChoice, LoadReport
 from tercet.weight_formats import BLOCK_FORMATS
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 # The runner's defaults are the configuration's: the limits are written once, in core/config_sections.py.
 _CACHE, _SCHEDULER, _MODEL = CacheConfig(), SchedulerConfig(), ModelConfig()
@@ -69,17 +69,16 @@ class ModelRunner:
         linear_methods: Mapping[str, Callable[[], LinearMethod]] | None = None,
         dense_from_rows: int = _MODEL.dense_from_rows,
         tp: TensorParallel = SINGLE,
+        architectures: Mapping[str, Callable[[], ModelArchitecture]] | None = None,
     ):
         if attention_backend_factory is None:
             raise ConfigError("ModelRunner needs an attention backend factory (see [attention] backend)")
         self.checkpoint = open_checkpoint(model_path)
         self.model_path = self.checkpoint.path
         self.config = self.checkpoint.config
-        model_type = getattr(self.config, "model_type", None)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ConfigError(
-                f"model type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-            )
+        # The plugin registered under the checkpoint's architecture builds and loads the model.
+        self.architectures = architectures if architectures is not None else _registered_architectures()
+        self.architecture = choose_architecture(self.config, self.architectures)
         self.quantization = quantization
         self.linear_methods = LinearMethodChoice.from_quantization(
             quantization, linear_methods if linear_methods is not None else _registered_linear_methods(),
@@ -87,7 +86,7 @@ class ModelRunner:
         )
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device, quantized=_runs_quantized(self.checkpoint, self.linear_methods))
-        shape = LlamaShape.from_config(self.config)
+        shape = self.architecture.shape(self.config)
         self.tp = tp
         # With tensor parallelism a rank holds its own KV heads only: the budget is per rank, and
         # every rank sizes the pool by the largest share, so all have the same pages to schedule.
@@ -118,8 +117,8 @@ class ModelRunner:
         self.eos_token_ids = self.checkpoint.eos_token_ids()
 
     def load_model(self, checkpoint: Checkpoint) -> tuple[LlamaForCausalLM, LoadReport]:
-        model = LlamaForCausalLM(checkpoint.config, self.dtype, self.device, max_positions=self.context_len, tp=self.tp)
-        report = load_weights(model, checkpoint, self.linear_methods)
+        model = self.architecture.create(checkpoint.config, self.dtype, self.device, self.context_len, self.tp)
+        report = self.architecture.load_weights(model, checkpoint, self.linear_methods)
         model.eval().requires_grad_(False)
         return_freed_memory()
         return model, report
@@ -144,7 +143,8 @@ class ModelRunner:
         The new weights load into a separate model first, so a bad path or an
         incompatible checkpoint raises and leaves the current weights serving."""
         checkpoint = open_checkpoint(model_path)
-        if LlamaShape.from_config(checkpoint.config) != self.model.shape:
+        if (choose_architecture(checkpoint.config, self.architectures).shape(checkpoint.config)
+                != self.architecture.shape(self.config)):
             raise ConfigError(f"{model_path} has a different architecture than the model being served")
         model, report = self.load_model(checkpoint)
         model.attach(self.attention_backend, self.kv_cache)
@@ -211,6 +211,14 @@ def _runs_quantized(checkpoint: Checkpoint, choice: LinearMethodChoice) -> bool:
     if choice.fixed is not None:
         return choice.fixed != "dense"
     return any(name in BLOCK_FORMATS for name in checkpoint.tensor_formats)
+
+
+def _registered_architectures() -> dict[str, Callable[[], ModelArchitecture]]:
+    """The model architectures installed plugins register (for runners built outside a server)."""
+    from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+
+    registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).model_architectures
+    return {name: registry.get(name) for name in registry.names()}
 
 
 def _registered_linear_methods() -> dict[str, Callable[[], LinearMethod]]:

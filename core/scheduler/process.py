@@ -59,6 +59,7 @@ def build_model_runner(context, tp=None):
 
     config = context.config
     linear_methods = context.registries.linear_methods
+    architectures = context.registries.model_architectures
     return ModelRunner(
         model_path=config.model.path,
         dtype=config.model.dtype,
@@ -71,6 +72,7 @@ def build_model_runner(context, tp=None):
         kv_cache_memory=config.model.kv_cache_memory,
         dense_from_rows=config.model.dense_from_rows,
         linear_methods={name: linear_methods.get(name) for name in linear_methods.names()},
+        architectures={name: architectures.get(name) for name in architectures.names()},
         tp=SINGLE if tp is None else tp,
     )
 
