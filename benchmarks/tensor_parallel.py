@@ -65,7 +65,7 @@ def run_rank(rank: int, size: int, port: int, model: str, batch_sizes, steps: in
         spent = timed_collectives()
         tp = TensorParallel(rank, size)
     runner = ModelRunner(model, attention_backend_factory=create_torch_native_backend, page_size=16,
-                         max_total_tokens=max(batch_sizes) * (PROMPT_LEN + steps + 8) + 64,
+                         max_total_tokens=max(batch_sizes) * (PROMPT_LEN + steps + 32),
                          max_running_requests=max(batch_sizes), tp=tp)
     figures = {}
     for batch_size in batch_sizes:
