@@ -328,11 +328,19 @@ class TokenizerManager:
         """This process's and the detokenizer's counts, for /get_server_info (each rank reports its own)."""
         return {"server": self.failures.as_dict(), "detokenizer": self.detokenizer_failures.as_dict()}
 
+    def observe_for_metrics(self, rid: str, batch: BatchStrOutput, position: int) -> None:
+        # Counted even when the caller has gone (its abort is a finish reason too). A
+        # failure here must not cost the batch its outputs: it is counted and dropped.
+        try:
+            self.metrics.output(rid, len(batch.new_token_ids[position]), batch.prompt_tokens[position],
+                                batch.finished_reasons[position])
+        except Exception:
+            self.failures.record("metrics", f"observing an output of request {rid!r} for /metrics failed")
+
     def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
         for position, rid in enumerate(batch.rids):
             finish_reason = batch.finished_reasons[position]
-            # Counted even when the caller has gone: its abort is a finish reason too.
-            self.metrics.output(rid, len(batch.new_token_ids[position]), batch.prompt_tokens[position], finish_reason)
+            self.observe_for_metrics(rid, batch, position)
             state = self.rid_to_state.get(rid)
             if state is None:  # already consumed or aborted by its caller
                 continue

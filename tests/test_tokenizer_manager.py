@@ -303,3 +303,22 @@ def test_a_batch_the_server_could_never_hold_is_a_400_not_a_503(manager, monkeyp
         consume(manager, batch(["Hi"] * 4))
     assert refused.value.status_code == 400 and "scheduler.max_queued_requests" in refused.value.message
     assert manager.batch_limit == 3
+
+
+def test_a_failing_metrics_observation_loses_no_output(manager, monkeypatch):
+    def broken(*args):
+        raise ValueError("broken metrics")
+
+    monkeypatch.setattr(manager.metrics, "output", broken)
+
+    async def scenario():
+        request = GenerateRequest(SamplingParams(max_new_tokens=1), text="Hello", rid="m1")
+        outputs = manager.generate(request)
+        whole = asyncio.ensure_future(anext(outputs))
+        await wait_until(lambda: "m1" in manager.rid_to_state)
+        manager.handle_batch_str_output(step_output("m1", "Hi", 5, FinishReason("length"), 1))
+        return await whole
+
+    output = asyncio.run(scenario())
+    assert (output.text, output.finish_reason.kind) == ("Hi", "length")
+    assert manager.failures.counts[("metrics", None)] == 1
