@@ -1,7 +1,9 @@
 """Random order: a baseline for benchmarks, with nothing to exploit or starve on purpose.
 
 ``[plugins.random] seed = <int>`` makes the sequence of orders reproducible
-from one run to the next; without it every scheduler draws its own.
+from one run to the next; without it every scheduler draws its own. Under
+tensor parallelism the seed is required: every rank of a group must order
+the queue alike, or their batches, and the collectives in them, would differ.
 """
 
 import random
@@ -17,6 +19,11 @@ class RandomOrder(SchedulingPolicy):
         seed = config.plugins.get("random", {}).get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ConfigError(f"[plugins.random] seed must be an integer, got {seed!r}")
+        if seed is None and config.parallel.tp_size > 1:
+            raise ConfigError(
+                "scheduler.policy = \"random\" needs [plugins.random] seed with parallel.tp_size > 1: "
+                "every tensor-parallel rank must draw the same order"
+            )
         self.random = random.Random(seed)
 
     def order(self, waiting, view):

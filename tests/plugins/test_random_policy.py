@@ -45,3 +45,11 @@ def test_without_a_seed_it_still_orders_everything():
 def test_a_seed_that_is_not_an_integer_is_named():
     with pytest.raises(ConfigError, match=r"\[plugins.random\] seed must be an integer"):
         RandomOrder(TercetConfig(plugins={"random": {"seed": "seven"}}))
+
+
+def test_tensor_parallel_ranks_need_a_seed_to_order_alike():
+    config = TercetConfig().replace("parallel", tp_size=2)
+    with pytest.raises(ConfigError, match=r"needs \[plugins.random\] seed with parallel.tp_size > 1"):
+        RandomOrder(config)
+    seeded = TercetConfig(plugins={"random": {"seed": 3}}).replace("parallel", tp_size=2)
+    assert [r.rid for r in RandomOrder(seeded).order(make_queue(), NO_VIEW)] == orders(seed=3, num_steps=1)[0]
