@@ -57,6 +57,11 @@ class MessageReceiver:
         _attach(self.socket, endpoint, bind)
         self.decoder = _Decoder(serializer, edge or endpoint, failures)
 
+    @property
+    def endpoint(self) -> str:
+        """The address bound, with the port filled in where the system picked it (``tcp://host:*``)."""
+        return self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
     def poll(self, timeout_ms: int | None) -> bool:
         return bool(self.socket.poll(timeout_ms))
 

@@ -27,6 +27,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
     parser.add_argument("--tp-size", type=int, metavar="N", help="tensor-parallel processes per data-parallel rank")
     parser.add_argument("--dp-size", type=int, metavar="N", help="data-parallel ranks (model replicas)")
+    parser.add_argument("--nnodes", type=int, metavar="N", help="hosts the workers are spread over")
+    parser.add_argument("--node-rank", type=int, metavar="R", help="this host's place among them (0 serves the API)")
+    parser.add_argument(
+        "--dist-init-addr", metavar="HOST:PORT", help="node 0's address, where the nodes meet (needed with --nnodes)"
+    )
     parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="any config value, e.g. --set scheduler.max_running_requests=8 (repeatable)",
@@ -47,6 +52,9 @@ def config_from_arguments(arguments: argparse.Namespace):
         ("server", "api_key"): arguments.api_key,
         ("parallel", "tp_size"): arguments.tp_size,
         ("scheduler", "dp_size"): arguments.dp_size,
+        ("parallel", "nnodes"): arguments.nnodes,
+        ("parallel", "node_rank"): arguments.node_rank,
+        ("parallel", "dist_init_addr"): arguments.dist_init_addr,
     }
     for (section, key), value in direct.items():
         if value is not None:

@@ -131,6 +131,16 @@ class ParallelConfig:
     # Tensor-parallel worker processes per data-parallel rank, one torch.distributed
     # group each (gloo on CPU, NCCL on CUDA); every one holds a shard of the model.
     tp_size: int = field(default=1, metadata={"min": 1, "max": 64})
+    # Hosts the workers (dp_size x tp_size of them) are spread over, in equal shares:
+    # node 0 runs the API, the tokenizer and the detokenizer too.
+    nnodes: int = field(default=1, metadata={"min": 1, "max": 64})
+    # This host's place among them; every node is started with the same config but this.
+    node_rank: int = field(default=0, metadata={"min": 0, "max": 63})
+    # host:port of node 0, where the nodes meet (a torch.distributed TCPStore); needed with nnodes > 1.
+    dist_init_addr: str | None = None
+    # Seconds a node waits for the others at start-up (node 0 for the rest to join,
+    # the others to reach dist_init_addr) before failing.
+    dist_init_timeout: float = _at_least(120.0, 1.0)
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,21 @@ import logging
 import signal
 
 from tercet.config import TercetConfig
+from tercet.config_description import describe_rank
 from tercet.detokenizer_manager import run_detokenizer_process
 from tercet.errors import TercetError
+from tercet.node_address import DistInitAddr, pin_collectives_to
+from tercet.node_hub import NodeHub
+from tercet.node_launch import config_for_nodes, serve_node
 from tercet.plugin_manager import collect_pairs
 from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext, configure_logging
 from tercet.process_title import set_process_title
+from tercet.rendezvous import run_rendezvous_process
 from tercet.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
 from tercet.scheduler.process import run_scheduler_process, scheduler_name
 from tercet.supervisor import ChildFailed, ChildSupervisor
+from tercet.topology import Topology
 from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger("tercet.launch")
@@ -41,7 +47,15 @@ def resolve_model(config: TercetConfig) -> TercetConfig:
 
 
 def launch_server(config: TercetConfig) -> int:
-    """Run a server until SIGINT/SIGTERM (exit code 0) or a failure (non-zero)."""
+    """Run a server until SIGINT/SIGTERM (exit code 0) or a failure (non-zero).
+
+    With ``parallel.nnodes > 1`` this is node 0 of several; on the others
+    (``parallel.node_rank > 0``) it runs only that node's workers (:mod:`tercet.node_launch`).
+    """
+    if config.parallel.nnodes > 1:
+        config = config_for_nodes(config)
+        if config.parallel.node_rank != 0:
+            return serve_node(config)
     configure_logging("server", config.server.log_level)
     set_process_title("tercet server (http api, tokenizer)")
     context = ProcessContext.create(config)
@@ -63,26 +77,70 @@ def launch_server(config: TercetConfig) -> int:
         ", ".join(port_args.scheduler_inputs), port_args.detokenizer_input, port_args.tokenizer_input,
     )
     supervisor = ChildSupervisor()
+    topology = Topology.of(config)
+    hub = None
+    exit_code = 1
     try:
         timeout = config.server.startup_timeout
-        dp_size, tp_size = config.scheduler.dp_size, config.parallel.tp_size
-        for rank in range(dp_size):
+        if topology.spans_nodes:
+            hub, port_args = open_node_hub(config, topology, port_args, supervisor)
+        inputs: dict[int, str] = {}
+        for rank, workers in topology.groups_on(0).items():
             # A data-parallel rank is tp_size processes, which only come up together.
             group = []
-            for tp_rank in range(tp_size):
+            for worker in workers:
                 heartbeat = StepHeartbeat()
-                name = scheduler_name(rank, tp_rank, dp_size, tp_size)
-                group.append((name, run_scheduler_process, (config, port_args, rank, heartbeat, tp_rank), heartbeat))
-            scheduler_info = supervisor.start_together(group, timeout)[0]
+                name = scheduler_name(rank, worker.tp_rank, topology.dp_size, topology.tp_size)
+                group.append(
+                    (name, run_scheduler_process, (config, port_args, rank, heartbeat, worker.tp_rank), heartbeat)
+                )
+            reports = supervisor.start_together(group, timeout)
+            if workers[0].tp_rank == 0:
+                inputs[rank] = reports[0]["input"]
+            if rank == 0:
+                context_len = reports[0]["context_len"]
+        if hub is not None:
+            inputs.update(hub.wait_until_ready(timeout))
+        # The inputs as bound: a rank on another node picked its own port.
+        port_args = dataclasses.replace(port_args, scheduler_inputs=tuple(inputs[rank] for rank in range(topology.dp_size)))
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
-        return asyncio.run(serve_api(context, port_args, supervisor, scheduler_info["context_len"]))
+        exit_code = asyncio.run(serve_api(context, port_args, supervisor, context_len))
+        return exit_code
     except ChildFailed as failure:
         logger.error("%s; stopping the server", failure)
         return 1
     finally:
+        if hub is not None:
+            hub.stop(failed=exit_code != 0)
         supervisor.stop_all()
         port_args.remove_runtime_dir()
         watcher.stop()
+
+
+def open_node_hub(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor):
+    """Node 0's part in serving over nodes: the rendezvous for TP groups, and the hub the nodes join."""
+    host = config.ipc.tcp_host
+    # Spawned children inherit it: their collectives bind where other nodes can reach them.
+    pin_collectives_to(host)
+    rendezvous = supervisor.start(
+        "rendezvous", run_rendezvous_process, (config, host), config.server.startup_timeout
+    )
+    port_args = dataclasses.replace(port_args, tp_store=rendezvous["store"])
+    welcome = {
+        "scheduler_inputs": list(port_args.scheduler_inputs),
+        "detokenizer_input": port_args.detokenizer_input,
+        "tokenizer_input": port_args.tokenizer_input,
+        "tp_store": port_args.tp_store,
+    }
+    hub = NodeHub(
+        DistInitAddr.parse(config.parallel.dist_init_addr), topology, describe_rank(config), welcome, supervisor,
+        join_timeout=config.parallel.dist_init_timeout,
+    )
+    logger.info(
+        "node 0 of %d: waiting at %s for nodes %s", topology.nnodes, config.parallel.dist_init_addr,
+        ", ".join(str(node) for node in hub.other_nodes),
+    )
+    return hub, port_args
 
 
 async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int) -> int:

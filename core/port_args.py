@@ -20,6 +20,9 @@ class PortArgs:
     # edge 3: DetokenizerManager -> TokenizerManager (the TokenizerManager binds);
     # the schedulers also send their control replies here.
     tokenizer_input: str
+    # host:port of the torch.distributed TCPStore where TP groups meet when they may span
+    # nodes (node 0 holds it); None: they meet through a file in runtime_dir, on one host.
+    tp_store: str | None = None
 
     @classmethod
     def create(cls, transport, parent_dir: str | None = None, dp_size: int = 1) -> "PortArgs":

@@ -4,7 +4,9 @@ Children are spawned (never forked: torch and ZeroMQ do not survive a fork),
 report ready or their failure reason over a pipe, and are watched for the rest
 of the server's life: a child that dies stops the whole server. A child with a
 heartbeat (a scheduler) that stays busy without progress for longer than the
-watchdog timeout is killed and reported like one that died.
+watchdog timeout is killed and reported like one that died. Failures on other
+nodes are reported to the supervisor (:meth:`ChildSupervisor.report_failure`)
+and count the same.
 """
 
 from __future__ import annotations
@@ -58,6 +60,23 @@ class ChildSupervisor:
     def __init__(self):
         self.children: list[Child] = []
         self.is_stopping = False
+        # A failure reported from outside this host's process tree (a worker on another node,
+        # or a node lost): it ends a start-up wait and reaches watch() like a child's death.
+        self.reported_failure: tuple[str, str] | None = None
+        self._failure_reader, self._failure_writer = _spawn.Pipe(duplex=False)
+        self._failure_lock = threading.Lock()
+
+    def report_failure(self, name: str, reason: str) -> None:
+        """Treat ``name`` as a child that died for ``reason`` (callable from any thread; the first report counts)."""
+        with self._failure_lock:
+            if self.reported_failure is not None:
+                return
+            self.reported_failure = (name, reason)
+            self._failure_writer.send(self.reported_failure)
+
+    def raise_reported_failure(self) -> None:
+        if self.reported_failure is not None:
+            raise ChildFailed(*self.reported_failure)
 
     def start(
         self, name: str, target: Callable, args: tuple, timeout: float, heartbeat: StepHeartbeat | None = None
@@ -83,9 +102,9 @@ class ChildSupervisor:
         deadline = time.monotonic() + timeout
         return [self._wait_until_ready(name, process, reader, deadline, timeout) for name, process, reader in started]
 
-    @staticmethod
-    def _wait_until_ready(name, process, reader, deadline: float, timeout: float) -> dict:
+    def _wait_until_ready(self, name, process, reader, deadline: float, timeout: float) -> dict:
         while time.monotonic() < deadline:
+            self.raise_reported_failure()
             if reader.poll(0.2):
                 try:
                     status, detail = reader.recv()
@@ -109,8 +128,11 @@ class ChildSupervisor:
             sentinels = {child.process.sentinel: child for child in self.children}
             poll = WATCHDOG_POLL_SECONDS if watchdog_timeout is not None else None
             while True:
-                ready = multiprocessing.connection.wait(list(sentinels), timeout=poll)
+                ready = multiprocessing.connection.wait([*sentinels, self._failure_reader], timeout=poll)
                 if self.is_stopping:
+                    return
+                if self.reported_failure is not None:
+                    on_death(*self.reported_failure)
                     return
                 if ready:
                     child = sentinels[ready[0]]

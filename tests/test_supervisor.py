@@ -1,5 +1,6 @@
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -115,3 +116,36 @@ def test_watchdog_leaves_a_child_making_progress_alone():
     finally:
         supervisor.stop_all()
     assert deaths == []
+
+
+def never_ready(writer):
+    time.sleep(60)
+
+
+def test_a_failure_reported_from_elsewhere_ends_a_start_up_wait():
+    supervisor = ChildSupervisor()
+    threading.Timer(0.5, supervisor.report_failure, ("scheduler-tp1 on node 1", "killed by signal SIGKILL")).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ChildFailed, match="scheduler-tp1 on node 1 process failed: killed by signal SIGKILL"):
+            supervisor.start("scheduler-tp0", never_ready, (), timeout=60)
+    finally:
+        supervisor.stop_all()
+    assert time.monotonic() - started < 30  # not the start-up timeout
+
+
+def test_watch_reports_a_failure_from_elsewhere_once():
+    supervisor = ChildSupervisor()
+    deaths = []
+    try:
+        supervisor.start("worker", report_ready, (), timeout=60)
+        supervisor.watch(lambda name, reason: deaths.append((name, reason)))
+        supervisor.report_failure("node 1 launcher", "its link closed")
+        supervisor.report_failure("node 2 launcher", "a later report is not the cause")
+        deadline = time.monotonic() + 10
+        while not deaths and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        supervisor.stop_all()
+    assert deaths == [("node 1 launcher", "its link closed")]
+    assert supervisor.children[0].process.exitcode is not None  # stop_all stopped the local child

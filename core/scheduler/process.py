@@ -32,8 +32,10 @@ def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
     """This process's place in its data-parallel rank's TP group (:data:`SINGLE` without one)."""
     from datetime import timedelta
 
-    from tercet.model.group_agreement import check_group_agrees, describe_rank
+    from tercet.config_description import describe_rank
+    from tercet.model.group_agreement import check_group_agrees
     from tercet.model.tensor_parallel import SINGLE, TensorParallel
+    from tercet.rendezvous import join_group_through_store
 
     tp_size = config.parallel.tp_size
     if tp_size == 1:
@@ -41,12 +43,17 @@ def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
     import torch.distributed as dist
 
     backend = "nccl" if config.model.device.startswith("cuda") else "gloo"
-    # A file in the instance's private runtime directory: the ranks meet there, on this host.
-    dist.init_process_group(
-        backend, init_method=f"file://{port_args.runtime_dir}/tp-group-{rank}", rank=tp_rank, world_size=tp_size,
-        # Peers wait in a broadcast while rank 0 is idle; it speaks every few seconds.
-        timeout=timedelta(seconds=config.server.startup_timeout + 600),
-    )
+    # Peers wait in a broadcast while rank 0 is idle; it speaks every few seconds.
+    timeout = timedelta(seconds=config.server.startup_timeout + 600)
+    if port_args.tp_store is not None:
+        # The group may span nodes: its ranks meet at node 0's rendezvous store.
+        join_group_through_store(port_args.tp_store, f"tp-group-{rank}", tp_rank, tp_size, backend, timeout)
+    else:
+        # A file in the instance's private runtime directory: the ranks meet there, on this host.
+        dist.init_process_group(
+            backend, init_method=f"file://{port_args.runtime_dir}/tp-group-{rank}", rank=tp_rank, world_size=tp_size,
+            timeout=timeout,
+        )
     tp = TensorParallel(tp_rank, tp_size)
     check_group_agrees(describe_rank(config), tp)
     return tp
@@ -92,5 +99,7 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
         config.model.path, model_runner.load_report.weight_format, model_runner.load_report.weight_bytes >> 20,
         model_runner.dtype, model_runner.device, model_runner.max_total_tokens, model_runner.kv_cache.num_bytes >> 20,
     )
-    ready_info = {"context_len": model_runner.context_len}
+    # "input": where TP rank 0 bound the rank's input, its port filled in (other nodes bind on ``*``).
+    ready_info = {"context_len": model_runner.context_len,
+                  "input": scheduler.receiver.endpoint if scheduler.receiver is not None else None}
     return scheduler, ready_info

@@ -60,7 +60,7 @@ class RunningServer:
         raise TimeoutError(f"server not healthy after {timeout} s:\n{self.log()}")
 
     def child_processes(self) -> list:
-        import psutil  # a test dependency, not tercet's
+        import psutil
 
         return psutil.Process(self.process.pid).children(recursive=True)
 

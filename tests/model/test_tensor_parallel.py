@@ -153,7 +153,8 @@ def disagreeing_rank(rank, size, port, results):
     import torch.distributed as dist
 
     from tercet.config import TercetConfig
-    from tercet.model.group_agreement import check_group_agrees, describe_rank
+    from tercet.config_description import describe_rank
+    from tercet.model.group_agreement import check_group_agrees
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     config = TercetConfig()
