@@ -58,12 +58,12 @@ class NodeLink:
 
     def receive(self, timeout: float | None = None) -> dict | None:
         """The next message, or None once the other side has closed (or the link broke)."""
-        self.connection.settimeout(timeout)
         try:
+            self.connection.settimeout(timeout)
             line = self.reader.readline(MAX_LINE_BYTES + 1)
         except socket.timeout:
             raise NodeLinkError(f"no answer from {self.peer_address} within {timeout:g} s") from None
-        except OSError:
+        except (OSError, ValueError):  # broken, or closed here (by a stop) while waiting
             return None
         if not line:
             return None
