@@ -126,7 +126,7 @@ def test_a_model_without_a_chat_template_says_so(tmp_path):
 
 def test_padding_and_truncation_in_tokenizer_json_are_not_applied(tmp_path):
     # all-MiniLM-L6-v2's tokenizer.json pads and truncates to 128; transformers applies neither unless asked.
-    directory = write_directory(tmp_path / "fixed", {"unk_token": "[UNK]"})
+    directory = write_directory(tmp_path / "fixed", {"unk_token": "[UNK]", "pad_token": "[UNK]"})
     backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
     backend.enable_padding(length=8, pad_id=0, pad_token="[UNK]")
     backend.enable_truncation(max_length=2)
