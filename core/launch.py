@@ -18,6 +18,7 @@ import signal
 from tercet.config import TercetConfig
 from tercet.detokenizer_manager import run_detokenizer_process
 from tercet.errors import TercetError
+from tercet.model_abilities import ModelAbilities
 from tercet.plugin_manager import collect_pairs
 from tercet.port_args import PortArgs
 from tercet.process_context import ProcessContext, configure_logging
@@ -75,7 +76,8 @@ def launch_server(config: TercetConfig) -> int:
                 group.append((name, run_scheduler_process, (config, port_args, rank, heartbeat, tp_rank), heartbeat))
             scheduler_info = supervisor.start_together(group, timeout)[0]
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
-        return asyncio.run(serve_api(context, port_args, supervisor, scheduler_info["context_len"]))
+        return asyncio.run(serve_api(context, port_args, supervisor, scheduler_info["context_len"],
+                                     ModelAbilities.from_dict(scheduler_info)))
     except ChildFailed as failure:
         logger.error("%s; stopping the server", failure)
         return 1
@@ -85,7 +87,8 @@ def launch_server(config: TercetConfig) -> int:
         watcher.stop()
 
 
-async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int) -> int:
+async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int,
+                    abilities: ModelAbilities | None = None) -> int:
     from tercet.http.app import create_app
     from tercet.http.server import serve_http
     from tercet.tokenizer import load_tokenizer
@@ -93,7 +96,7 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
 
     config = context.config
     tokenizer_manager = TokenizerManager(
-        context, port_args, load_tokenizer(config.model.path), config.model.served_model_name, context_len
+        context, port_args, load_tokenizer(config.model.path), config.model.served_model_name, context_len, abilities
     )
     tokenizer_manager.start()
     app = create_app(
