@@ -67,7 +67,9 @@ def test_the_sdk_gets_minilm_embeddings_equal_to_transformers_mean_pooling(minil
     num_tokens = sum(len(tokenizer(text)["input_ids"]) for text in TEXTS)
     assert (reply.usage.prompt_tokens, reply.usage.total_tokens) == (num_tokens, num_tokens)
     as_floats = minilm_client.embeddings.create(model="all-MiniLM-L6-v2", input=TEXTS, encoding_format="float")
-    assert [item.embedding for item in as_floats.data] == [item.embedding for item in reply.data]
+    # Equal up to float rounding: the inputs may be batched differently the second time.
+    assert numpy.allclose([item.embedding for item in as_floats.data], [item.embedding for item in reply.data],
+                          atol=1e-6)
 
 
 def test_raw_http_float_and_base64_agree_and_a_single_string_is_one_vector(minilm_server, minilm_reference):
