@@ -183,8 +183,9 @@ class Scheduler:
         if self.grammars.pending:
             self.admit_compiled_grammars()
         if not self.queues.is_paused:
-            # Embeddings first: each takes one forward and frees what it borrowed at once.
-            self.embedding_step.run()
+            if self.embedding_step.waiting:
+                # Embeddings first: each batch takes one forward and frees what it borrowed at once.
+                self.embedding_step.run()
             with self.timer.stage("schedule"):
                 admitted = self.admission.admit_waiting_requests()
             # Nothing runs and nothing could be admitted: only a message (an abort,
@@ -298,8 +299,9 @@ class Scheduler:
     # -- output -----------------------------------------------------------
 
     def send_outputs(self) -> None:
-        with self.timer.stage("output"):
-            self.embedding_step.send(self.sender_to_detokenizer)
+        if self.embedding_step.unsent:
+            with self.timer.stage("output"):
+                self.embedding_step.send(self.sender_to_detokenizer)
         ready = self.queues.take_outputs_to_send()
         if ready:
             with self.timer.stage("output"):
