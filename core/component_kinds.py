@@ -167,9 +167,15 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     (the sizes that size the KV pool and split the model), ``create(config,
     dtype, device, max_positions, tp)`` (the model, running over the paged
     KV cache as the built-in Llama does) and ``load_weights(model,
-    checkpoint, linear_methods)``. Called in the scheduler process, when it
-    loads the model; a checkpoint whose architecture no plugin registers is a
-    start-up error listing the registered ones.
+    checkpoint, linear_methods)``; a decoder whose model also gives
+    ``final_hidden_states(batch)`` can serve embeddings (``[model] pooling``).
+    An encoder-only model (the built-in BERT) is a
+    :class:`tercet.model.architecture.EncoderArchitecture` instead:
+    ``create(config, dtype, device)`` and ``load_weights(model, checkpoint)``,
+    its model giving the final hidden states of whole sequences; it embeds and
+    cannot generate. Called in the scheduler process, when it loads the model;
+    a checkpoint whose architecture no plugin registers is a start-up error
+    listing the registered ones.
     """,
     ),
     ComponentKind(

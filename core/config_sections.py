@@ -45,6 +45,11 @@ class ModelConfig:
     # torch's weight-only kernels lose to dense bfloat16 from 8 rows on. 0: no
     # copy (2 bytes a weight less), the quantized kernels at every batch size.
     dense_from_rows: int = _at_least(8, 0)
+    # How /v1/embeddings turns the final hidden states into one vector (see
+    # tercet.pooling). auto: as the folder's sentence-transformers modules.json
+    # says, and without one none (a decoder then only generates); mean, last,
+    # cls: that pooling, L2-normalised, whatever the folder says.
+    pooling: str = _choice("auto", "auto", "none", "mean", "last", "cls")
 
 
 @dataclass(frozen=True)

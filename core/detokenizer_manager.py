@@ -21,6 +21,7 @@ from tercet.containment import ContainedFailures, internal_failure_reason
 from tercet.manager_io import ManagerIO
 from tercet.messages import (
     AbortReq,
+    BatchEmbeddingOutput,
     BatchStrOutput,
     BatchTokenIDOutput,
     ContainedFailureReport,
@@ -70,6 +71,8 @@ class DetokenizerManager:
         self.timer = stage_timer("detokenizer", context.config.server.profile_interval, logger)
         self.io.set_handlers([
             (BatchTokenIDOutput, self.handle_batch_token_id_output),
+            # Embeddings have no text: they go on to the TokenizerManager as they came.
+            (BatchEmbeddingOutput, self.sender_to_tokenizer.send),
             *self.io.plugin_handlers(lambda: self),
         ])
 

@@ -92,3 +92,31 @@ class GenerateOutput:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """Inputs to embed, all strings or all token-id lists; each gets its own vector, in order.
+
+    ``is_list``: the inputs came as a list (``["a", "b"]``, ``[[1, 2]]``), so an
+    error about one names it by position (``input[1]``); otherwise ``input``.
+    """
+
+    inputs: list[str] | list[list[int]]
+    is_list: bool = False
+    rid: str | None = None
+
+    def input_name(self, index: int) -> str:
+        return f"input[{index}]" if self.is_list else "input"
+
+
+@dataclass(frozen=True)
+class EmbeddingOutput:
+    """One input's embedding: its vector as little-endian float32 bytes, in input order (``index``)."""
+
+    rid: str
+    index: int
+    embedding: bytes
+    prompt_tokens: int
+    # Why the input was not embedded (an abort carrying its status code); None when it was.
+    refusal: FinishReason | None = None

@@ -19,6 +19,7 @@ from tercet.config import TercetConfig
 from tercet.config_description import describe_rank
 from tercet.detokenizer_manager import run_detokenizer_process
 from tercet.errors import TercetError
+from tercet.model_abilities import ModelAbilities
 from tercet.node_address import DistInitAddr, pin_collectives_to
 from tercet.node_hub import NodeHub
 from tercet.node_launch import config_for_nodes, serve_node
@@ -98,13 +99,14 @@ def launch_server(config: TercetConfig) -> int:
             if workers[0].tp_rank == 0:
                 inputs[rank] = reports[0]["input"]
             if rank == 0:
-                context_len = reports[0]["context_len"]
+                first_report = reports[0]
         if hub is not None:
             inputs.update(hub.wait_until_ready(timeout))
         # The inputs as bound: a rank on another node picked its own port.
         port_args = dataclasses.replace(port_args, scheduler_inputs=tuple(inputs[rank] for rank in range(topology.dp_size)))
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
-        exit_code = asyncio.run(serve_api(context, port_args, supervisor, context_len))
+        exit_code = asyncio.run(serve_api(context, port_args, supervisor, first_report["context_len"],
+                                          ModelAbilities.from_dict(first_report)))
         return exit_code
     except ChildFailed as failure:
         logger.error("%s; stopping the server", failure)
@@ -143,7 +145,8 @@ def open_node_hub(config: TercetConfig, topology: Topology, port_args: PortArgs,
     return hub, port_args
 
 
-async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int) -> int:
+async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int,
+                    abilities: ModelAbilities | None = None) -> int:
     from tercet.http.app import create_app
     from tercet.http.server import serve_http
     from tercet.tokenizer import load_tokenizer
@@ -151,7 +154,7 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
 
     config = context.config
     tokenizer_manager = TokenizerManager(
-        context, port_args, load_tokenizer(config.model.path), config.model.served_model_name, context_len
+        context, port_args, load_tokenizer(config.model.path), config.model.served_model_name, context_len, abilities
     )
     tokenizer_manager.start()
     app = create_app(

@@ -1,8 +1,9 @@
 """Typed messages for the three edges, and the registry that names them on the wire.
 
-edge 1  TokenizerManager -> Scheduler       TokenizedGenerateReq, AbortReq
-edge 2  Scheduler -> DetokenizerManager     BatchTokenIDOutput
-edge 3  DetokenizerManager -> TokenizerManager  BatchStrOutput, ContainedFailureReport
+edge 1  TokenizerManager -> Scheduler       TokenizedGenerateReq, TokenizedEmbeddingReq, AbortReq
+edge 2  Scheduler -> DetokenizerManager     BatchTokenIDOutput, BatchEmbeddingOutput
+edge 3  DetokenizerManager -> TokenizerManager  BatchStrOutput, BatchEmbeddingOutput (passed on as it
+        came: an embedding has no text), ContainedFailureReport
 
 Batches are columns (one list per field) so one message carries a whole step.
 """
@@ -134,6 +135,26 @@ class BatchStrOutput:
 
 
 @dataclass(frozen=True)
+class TokenizedEmbeddingReq:
+    """One input to embed: the scheduler runs it once, whole, and pools its final hidden states."""
+
+    rid: str
+    input_ids: list[int]
+
+
+@dataclass(frozen=True)
+class BatchEmbeddingOutput:
+    """The embeddings one scheduler step made (or refused), a column per field."""
+
+    rids: list[str]
+    # Each vector as little-endian float32 bytes; b"" for a refused input.
+    embeddings: list[bytes]
+    prompt_tokens: list[int]
+    # None for an input that was embedded; otherwise why it was not (an abort with its status code).
+    refusals: list[FinishReason | None]
+
+
+@dataclass(frozen=True)
 class ContainedFailureReport:
     """A child without a control channel (the detokenizer) reports each failure
     it contained to the TokenizerManager, which counts them for /get_server_info."""
@@ -152,6 +173,8 @@ CORE_MESSAGE_TYPES = {
     "tercet.abort_req": AbortReq,
     "tercet.batch_token_id_output": BatchTokenIDOutput,
     "tercet.batch_str_output": BatchStrOutput,
+    "tercet.tokenized_embedding_req": TokenizedEmbeddingReq,
+    "tercet.batch_embedding_output": BatchEmbeddingOutput,
     "tercet.contained_failure_report": ContainedFailureReport,
 }
 

@@ -10,6 +10,9 @@
   take precedence over the config's template, and ``chat_template.json``
   (a processor's), used only when nothing else gives one.
 
+The file's padding and truncation settings are dropped, as transformers'
+calls drop them by default.
+
 ``add_bos_token`` and ``add_eos_token`` are left to ``tokenizer.json``'s
 post-processor, which already says which tokens encoding adds; transformers
 5 ignores the two flags when a ``tokenizer.json`` is there too.
@@ -33,6 +36,12 @@ def tokenizer_from_directory(directory: Path, name_or_path: str) -> TercetTokeni
     if not tokenizer_file.is_file():
         raise ConfigError(f"{directory} has no tokenizer.json; tercet needs a fast (tokenizers library) tokenizer")
     backend = Tokenizer.from_file(str(tokenizer_file))
+    # A tokenizer.json may fix padding and truncation (all-MiniLM-L6-v2's pads
+    # and cuts every text to 128 tokens). transformers applies them only when a
+    # call asks; tercet never does: a prompt is its own tokens, and one too long
+    # is refused, not cut.
+    backend.no_padding()
+    backend.no_truncation()
     config = _read_json(directory / "tokenizer_config.json")
     named, extra = _special_tokens(config)
     if "added_tokens_decoder" not in config:

@@ -3,7 +3,7 @@
 It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
 ``ReqState`` per completion id until the caller has consumed the last output;
 an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
-waiting callers.
+waiting callers. Embeddings go the same way (:mod:`tercet.embedding_requests`).
 
 Tokenizing and chat templating run in worker threads: a long prompt takes
 seconds to tokenize, and on the event loop those seconds would stall every
@@ -19,7 +19,6 @@ import logging
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable, TypeVar
 
 from tercet.communicator import Communicator
@@ -27,11 +26,15 @@ from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlReply, ControlRequest
 from tercet.data_parallel_router import DataParallelRouter
+from tercet.embedding_batch import ENCODER_CANNOT_GENERATE
+from tercet.embedding_requests import EmbeddingRequests
 from tercet.errors import RequestError
 from tercet.http.chat_tools import ChatTools
 from tercet.io_struct import GenerateOutput, GenerateRequest
 from tercet.manager_io import ManagerIO
+from tercet.model_abilities import ModelAbilities
 from tercet.messages import (
+    BatchEmbeddingOutput,
     BatchStrOutput,
     ContainedFailureReport,
     FinishReason,
@@ -39,6 +42,7 @@ from tercet.messages import (
     choice_rid,
 )
 from tercet.process_context import ProcessContext
+from tercet.req_state import ReqState
 from tercet.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.serving_metrics import ServingMetrics
 from tercet.stage_timer import stage_timer
@@ -49,20 +53,12 @@ EDGE_TO_TOKENIZER = "edge 3 (detokenizer and schedulers -> TokenizerManager)"
 Result = TypeVar("Result")
 
 
-@dataclass
-class ReqState:
-    """One completion's outputs not yet consumed. The completions of a request
-    (n per prompt) share one event, so their caller wakes for any of them."""
-
-    index: int
-    event: asyncio.Event
-    out_list: list[GenerateOutput] = field(default_factory=list)
-    finished: bool = False
-
-
-class TokenizerManager:
-    def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int):
+class TokenizerManager(EmbeddingRequests):
+    def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int,
+                 abilities: ModelAbilities | None = None):
         self.context = context
+        # What the model can do (its scheduler said when it came up): generate, embed or both.
+        self.abilities = abilities or ModelAbilities()
         self.tokenizer = tokenizer
         self.served_model_name = served_model_name
         self.context_len = context_len
@@ -90,6 +86,7 @@ class TokenizerManager:
         self.rid_to_state: dict[str, ReqState] = {}
         self.io.set_handlers([
             (BatchStrOutput, self.handle_batch_str_output),
+            (BatchEmbeddingOutput, self.handle_batch_embedding_output),
             (ControlReply, self.handle_control_reply),
             (ContainedFailureReport, self.handle_contained_failure_report),
             *self.io.plugin_handlers(lambda: self),
@@ -213,6 +210,8 @@ class TokenizerManager:
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         """Outputs of every completion of the request; see :class:`GenerateOutput`.
         A batch's prompts all pass every check before any is sent (:mod:`tercet.prompt_batch`)."""
+        if not self.abilities.can_generate:
+            raise RequestError(ENCODER_CANNOT_GENERATE, "model")
         sampling_params = request.sampling_params
         sampling_params.validate(self.vocab_size)
         check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)

@@ -19,6 +19,11 @@ def tiny_llama_dir(tercet_tiny_llama_dir) -> Path:
     return tercet_tiny_llama_dir
 
 
+@pytest.fixture(scope="session")
+def minilm_dir(tercet_minilm_dir) -> Path:
+    return tercet_minilm_dir
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _quiet_tokenizers():
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

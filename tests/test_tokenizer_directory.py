@@ -122,3 +122,14 @@ def test_a_model_without_a_chat_template_says_so(tmp_path):
     tokenizer = load_tokenizer(str(write_directory(tmp_path / "t", {})))
     with pytest.raises(ValueError, match="no chat template"):
         tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+
+
+def test_padding_and_truncation_in_tokenizer_json_are_not_applied(tmp_path):
+    # all-MiniLM-L6-v2's tokenizer.json pads and truncates to 128; transformers applies neither unless asked.
+    directory = write_directory(tmp_path / "fixed", {"unk_token": "[UNK]", "pad_token": "[UNK]"})
+    backend = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    backend.enable_padding(length=8, pad_id=0, pad_token="[UNK]")
+    backend.enable_truncation(max_length=2)
+    backend.save(str(directory / "tokenizer.json"))
+    ours, _ = assert_same_as_transformers(directory)
+    assert ours.encode("hello world . a") == [3, 4, 5, 10]

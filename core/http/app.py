@@ -13,8 +13,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tercet.embedding_batch import ENCODER_CANNOT_GENERATE
 from tercet.errors import RequestError
-from tercet.http import chat_page, control_api, health, metrics_api, native_api, openai_api, openapi
+from tercet.http import chat_page, control_api, embeddings_api, health, metrics_api, native_api, openai_api, openapi
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
 
@@ -32,6 +33,7 @@ DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
 BUILTIN_ROUTES: list[RouteSpec] = [
     *health.ROUTES,
     *openai_api.ROUTES,
+    *embeddings_api.ROUTES,
     *native_api.ROUTES,
     *control_api.ROUTES,
     *openapi.ROUTES,
@@ -42,9 +44,13 @@ BUILTIN_ROUTES: list[RouteSpec] = [
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
 NEEDS_CHILDREN = frozenset(
     path
-    for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES, *metrics_api.ROUTES]
+    for path, _, _ in [
+        *openai_api.ROUTES, *embeddings_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES, *metrics_api.ROUTES
+    ]
     if path not in openai_api.MODEL_PATHS
 )
+# Routes that generate text: on an encoder-only model they answer 400 before reading the body.
+GENERATION_PATHS = frozenset(path for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES]) - openai_api.MODEL_PATHS
 
 
 def create_app(
@@ -63,7 +69,8 @@ def create_app(
     a request body over ``max_request_body_bytes`` is refused with 413.
     """
     routes = [
-        Route(path, _bind(endpoint, tokenizer_manager, path in NEEDS_CHILDREN), methods=methods, name=endpoint.__name__)
+        Route(path, _bind(endpoint, tokenizer_manager, path in NEEDS_CHILDREN, path in GENERATION_PATHS),
+              methods=methods, name=endpoint.__name__)
         for path, endpoint, methods in BUILTIN_ROUTES
     ] + [
         Route(path, _bind(endpoint, tokenizer_manager), methods=methods, name=endpoint.__name__)
@@ -77,13 +84,17 @@ def create_app(
     return app
 
 
-def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False) -> Callable[[Request], Awaitable[Response]]:
+def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False,
+          generates: bool = False) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         if needs_children:
             reason = health.unhealthy_reason(tokenizer_manager)
             if reason is not None:
                 # No Retry-After: the server will not recover by itself.
                 return error_response(f"the server is unhealthy: {reason}", 503)
+        abilities = getattr(tokenizer_manager, "abilities", None)
+        if generates and abilities is not None and not abilities.can_generate:
+            return error_response(ENCODER_CANNOT_GENERATE, 400, "model")
         try:
             return await endpoint(request, tokenizer_manager)
         except RequestError as exc:

@@ -2,8 +2,8 @@
 
 ``/health`` is cheap: it only asks the TokenizerManager whether a child process
 has died, with no round trip to the scheduler. ``/health_generate`` proves the
-whole pipeline works by running one real one-token generation; concurrent
-probes share the one in flight, so probes never pile up on the scheduler.
+whole pipeline works by running one real one-token generation (one embedding,
+on a model that cannot generate); concurrent probes share the one in flight, so probes never pile up on the scheduler.
 Both answer 503 ``{"status": "unhealthy", "reason": …}`` when unhealthy, and
 while the server drains on its way down.
 """
@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
-from tercet.io_struct import GenerateRequest
+from tercet.io_struct import EmbeddingRequest, GenerateRequest
 from tercet.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,9 @@ class HealthGenerateProbe:
             task.exception()  # _probe never raises; this just marks it retrieved
 
     async def _probe(self) -> str | None:
+        abilities = getattr(self.tokenizer_manager, "abilities", None)
+        if abilities is not None and not abilities.can_generate:
+            return await self._embedding_probe()
         request = GenerateRequest(
             SamplingParams(max_new_tokens=1, temperature=0.0),
             text=HEALTH_PROMPT,
@@ -101,6 +104,21 @@ class HealthGenerateProbe:
         finally:
             if outputs is not None:
                 await _close(outputs)
+
+
+    async def _embedding_probe(self) -> str | None:
+        request = EmbeddingRequest([HEALTH_PROMPT], rid=f"{HEALTH_RID_PREFIX}{uuid.uuid4().hex}")
+        try:
+            # wait_for cancels the embedding at the timeout, which aborts it in the scheduler.
+            await asyncio.wait_for(self.tokenizer_manager.embed(request), self.timeout)
+        except asyncio.TimeoutError:
+            return f"the health embedding did not finish within {self.timeout:g} s"
+        except RequestError as error:
+            return f"the health embedding was refused: {error.message}"
+        except Exception as error:
+            logger.exception("health probe %s failed", request.rid)
+            return f"the health embedding failed: {type(error).__name__}: {error}"
+        return None
 
 
 async def _consume(outputs) -> str | None:

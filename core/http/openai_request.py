@@ -78,7 +78,7 @@ class OpenAIRequest:
 
 
 def parse_completion_request(body: dict, served_model_name: str, vocab_size: int | None = None) -> OpenAIRequest:
-    model = _check_model(body, served_model_name)
+    model = check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
     prompt = _parse_prompt(body.get("prompt"), vocab_size)
     _refuse_suffix_and_best_of(body)
@@ -162,7 +162,7 @@ async def parse_chat_completion_request(
     server), refusing one too long for ``max_new_tokens`` more tokens.
     ``chat_tools`` (:class:`tercet.http.chat_tools.ChatTools`) serves requests
     that send tools; without it they are refused."""
-    model = _check_model(body, served_model_name)
+    model = check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
     _refuse_unsupported_chat_fields(body)
     tool_request = parse_tool_request(body)
@@ -234,7 +234,7 @@ def _is_integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_model(body: dict, served_model_name: str) -> str:
+def check_model(body: dict, served_model_name: str) -> str:
     model = body.get("model")
     if model is None:
         return served_model_name  # lenient: a missing model means the one we serve

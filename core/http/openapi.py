@@ -21,6 +21,8 @@ from tercet.http.openapi_schemas import (
     ERROR_REF,
     chat_completion_request,
     completion_request,
+    embedding_request,
+    embedding_response,
     error_schema,
     generate_request,
     model_schema,
@@ -173,6 +175,15 @@ def build_document(
                 _body({"$ref": "#/components/schemas/ChatCompletionRequest"}),
             )
         },
+        "/v1/embeddings": {
+            "post": _operation(
+                "createEmbedding",
+                "OpenAI-compatible embeddings (a model that pools: an encoder, or a decoder with [model] pooling)",
+                _responses(_json({"$ref": "#/components/schemas/EmbeddingResponse"}, "the embeddings"),
+                           *GENERATION_ERRORS),
+                _body({"$ref": "#/components/schemas/EmbeddingRequest"}),
+            )
+        },
         "/v1/models": {"get": _operation("listModels", "The served model", _responses(_json(models, "the model"), "401"))},
         "/v1/models/{model}": {
             "get": {
@@ -222,6 +233,8 @@ def build_document(
                 "GenerateRequest": generate_request(max_tokens_limit, vocab_size, max_prompts),
                 "CompletionRequest": completion_request(max_tokens_limit, vocab_size, max_prompts),
                 "ChatCompletionRequest": chat_completion_request(max_tokens_limit, vocab_size),
+                "EmbeddingRequest": embedding_request(vocab_size, max_prompts),
+                "EmbeddingResponse": embedding_response(),
             },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

@@ -10,12 +10,22 @@ Llama does (:class:`tercet.model.llama.LlamaForCausalLM`): ``attach(backend,
 kv_cache)``, ``forward(batch)`` giving float32 logits of each sequence's last
 new token, ``forward_with_prompt_logits(batch, sequence_indices)``,
 ``attention_layout()`` (this rank's heads), and ``shards`` (its
-:class:`tercet.model.tensor_parallel.LlamaShards`).
+:class:`tercet.model.tensor_parallel.LlamaShards`). A decoder's model may also
+give ``final_hidden_states(batch)``, ``[T, hidden]`` after its final norm: then
+it can serve embeddings too, pooled as ``[model] pooling`` says.
+
+An encoder-only model (BERT) is an :class:`EncoderArchitecture`: it cannot
+generate, has no KV cache, and gives the final hidden states of a batch of
+whole sequences, which are pooled into embeddings.
+
+What an architecture's models can do is declared by ``can_generate``; the
+scheduler reports it, and the API refuses what the model cannot do.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 from tercet.errors import ConfigError
 
@@ -24,6 +34,10 @@ ARCHITECTURE_OF_MODEL_TYPE = {"llama": "LlamaForCausalLM", "mistral": "MistralFo
 
 
 class ModelArchitecture(ABC):
+    """A decoder, generating over the paged KV cache."""
+
+    can_generate: ClassVar[bool] = True
+
     @abstractmethod
     def shape(self, config):
         """The model's sizes (a :class:`tercet.model.llama.LlamaShape`, or an object with its fields):
@@ -40,6 +54,28 @@ class ModelArchitecture(ABC):
         names; return a :class:`tercet.model.weights.LoadReport`. Raise ConfigError for what is wrong."""
 
 
+class EncoderArchitecture(ABC):
+    """An encoder-only model: embeddings of whole sequences, no generation, no KV cache.
+
+    Its model's ``forward(input_ids, seq_lens)`` takes a batch's token ids
+    flattened (``[T]`` int64, ``seq_lens`` tokens each, sequence after sequence)
+    and gives the final hidden states ``[T, hidden]``, each sequence attending
+    to all of itself and nothing else; the model also tells its ``hidden_size``
+    and ``max_positions`` (the longest sequence it takes).
+    """
+
+    can_generate: ClassVar[bool] = False
+
+    @abstractmethod
+    def create(self, config, dtype, device):
+        """The model, its weights not loaded yet."""
+
+    @abstractmethod
+    def load_weights(self, model, checkpoint):
+        """Fill ``model`` from ``checkpoint`` (:class:`tercet.model.checkpoint.Checkpoint`); return a
+        :class:`tercet.model.weights.LoadReport`. Raise ConfigError for what is wrong."""
+
+
 def architecture_name(config) -> str:
     """The architecture a checkpoint's config names."""
     architectures = getattr(config, "architectures", None)
@@ -51,7 +87,7 @@ def architecture_name(config) -> str:
     raise ConfigError(f"the checkpoint's config names no architecture (model type {model_type!r})")
 
 
-def choose_architecture(config, architectures) -> ModelArchitecture:
+def choose_architecture(config, architectures) -> ModelArchitecture | EncoderArchitecture:
     """The registered architecture serving ``config``; ``architectures`` maps names to factories."""
     name = architecture_name(config)
     if name not in architectures:

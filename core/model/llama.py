@@ -217,6 +217,10 @@ class LlamaForCausalLM(nn.Module):
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
         return hidden
 
+    def final_hidden_states(self, batch: ForwardBatch) -> torch.Tensor:
+        """Every new token's hidden state after the final norm, ``[T, hidden]``: what embeddings pool."""
+        return self.model.norm(self.hidden_states(batch))
+
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         if not self.tp.enabled:
             return self.model.embed_tokens(input_ids)

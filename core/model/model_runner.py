@@ -24,9 +24,11 @@ from tercet.model.checkpoint import Checkpoint, open_checkpoint
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.linear_method import LinearMethod
+from tercet.model.pool import pool_hidden_states
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport
+from tercet.pooling import resolve_pooling
 from tercet.weight_formats import BLOCK_FORMATS
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
@@ -55,6 +57,9 @@ def resolve_dtype(dtype: str, device: torch.device, quantized: bool = False) -> 
 
 
 class ModelRunner:
+    # A decoder generates; it embeds too when it has a pooling.
+    can_generate = True
+
     def __init__(
         self,
         model_path: str | Path,
@@ -70,6 +75,7 @@ class ModelRunner:
         dense_from_rows: int = _MODEL.dense_from_rows,
         tp: TensorParallel = SINGLE,
         architectures: Mapping[str, Callable[[], ModelArchitecture]] | None = None,
+        pooling: str = _MODEL.pooling,
     ):
         if attention_backend_factory is None:
             raise ConfigError("ModelRunner needs an attention backend factory (see [attention] backend)")
@@ -79,6 +85,8 @@ class ModelRunner:
         # The plugin registered under the checkpoint's architecture builds and loads the model.
         self.architectures = architectures if architectures is not None else _registered_architectures()
         self.architecture = choose_architecture(self.config, self.architectures)
+        if not isinstance(self.architecture, ModelArchitecture):
+            raise ConfigError(f"{model_path} is an encoder-only model: it is run by tercet.model.encoder_runner")
         self.quantization = quantization
         self.linear_methods = LinearMethodChoice.from_quantization(
             quantization, linear_methods if linear_methods is not None else _registered_linear_methods(),
@@ -115,6 +123,13 @@ class ModelRunner:
         self.attention_backend = attention_backend_factory(self.model.attention_layout())
         self.model.attach(self.attention_backend, self.kv_cache)
         self.eos_token_ids = self.checkpoint.eos_token_ids()
+        # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
+        self.pooling = resolve_pooling(self.model_path, pooling)
+        if self.pooling is not None and not hasattr(self.model, "final_hidden_states"):
+            raise ConfigError(
+                f"model.pooling: the {type(self.architecture).__name__} model gives no final hidden states to pool"
+            )
+        self.embedding_size = shape.hidden_size
 
     def load_model(self, checkpoint: Checkpoint) -> tuple[LlamaForCausalLM, LoadReport]:
         model = self.architecture.create(checkpoint.config, self.dtype, self.device, self.context_len, self.tp)
@@ -135,6 +150,7 @@ class ModelRunner:
             "dtype": str(self.dtype).removeprefix("torch."),
             "kv_cache_bytes": self.kv_cache.num_bytes,
             "max_total_tokens": self.max_total_tokens,
+            "pooling": None if self.pooling is None else self.pooling.as_dict(),
         }
 
     def update_weights_from_disk(self, model_path: str | Path) -> None:
@@ -163,6 +179,15 @@ class ModelRunner:
         with torch.inference_mode():
             self.attention_backend.prepare(batch, self.req_to_token_pool.table)
             return self.model(batch)
+
+    def embed(self, sequences: list[list[int]], rows: list[int]) -> torch.Tensor:
+        """Pooled final hidden states ``[B, hidden]`` (float32) of whole sequences, run once
+        from position 0 in the req-to-token ``rows`` (whose slots the caller lent them)."""
+        batch = self.build_batch(rows, [0] * len(sequences), sequences)
+        with torch.inference_mode():
+            self.attention_backend.prepare(batch, self.req_to_token_pool.table)
+            hidden = self.model.final_hidden_states(batch)
+            return pool_hidden_states(hidden, [len(sequence) for sequence in sequences], self.pooling)
 
     def forward_with_prompt_logits(
         self, batch: ForwardBatch, sequence_indices: list[int]

@@ -30,6 +30,7 @@ from tercet.messages import FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
 if TYPE_CHECKING:
+    from tercet.scheduler.embeddings import EmbeddingStep
     from tercet.scheduler.grammars import GrammarCompiler
     from tercet.scheduler.kv_memory import RequestKVMemory
     from tercet.scheduler.request_queues import RequestQueues
@@ -55,6 +56,8 @@ class ControlTarget:
     # The model: its weights' description, and reloading them.
     model_runner: object
     failures: ContainedFailures
+    # Embedding requests waiting for their step (abort_all ends them too).
+    embeddings: "EmbeddingStep | None" = None
 
     @property
     def prefix_cache(self):
@@ -122,7 +125,8 @@ def abort_all(target: ControlTarget) -> dict:
         for req in group:
             target.queues.finish(req, reason)
             victims.append(req)
-    return {"num_aborted": len(victims)}
+    num_embeddings = target.embeddings.abort_all(reason) if target.embeddings is not None else 0
+    return {"num_aborted": len(victims) + num_embeddings}
 
 
 def update_weights(target: ControlTarget, model_path: str) -> dict:

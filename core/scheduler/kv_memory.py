@@ -77,6 +77,27 @@ class RequestKVMemory:
         req.pages.extend(pages)
         return True
 
+    def lend(self, lengths: list[int]) -> list[tuple[int, list[int]]] | None:
+        """A table row, and pages for its tokens, for each of ``lengths``: for sequences run
+        once and forgotten (embeddings), given back with :meth:`take_back` right after their
+        forward. None, with nothing taken, when they do not all fit now."""
+        num_pages = sum(self.pages_for(length) for length in lengths)
+        if self.req_to_token_pool.num_free < len(lengths) or num_pages > self.num_available_pages:
+            return None
+        if self.page_allocator.num_free < num_pages:
+            self.prefix_cache.evict(num_pages - self.page_allocator.num_free)
+        loans = []
+        for length in lengths:
+            row, pages = self.req_to_token_pool.alloc(), self.page_allocator.alloc(self.pages_for(length))
+            self.req_to_token_pool.assign_pages(row, 0, pages, self.page_size)
+            loans.append((row, pages))
+        return loans
+
+    def take_back(self, loans: list[tuple[int, list[int]]]) -> None:
+        for row, pages in loans:
+            self.page_allocator.free(pages)
+            self.req_to_token_pool.free(row)
+
     def cache_computed_prefix(self, req: Req) -> None:
         """Put the request's computed whole pages into the prefix cache, keeping them locked for it."""
         if self.prefix_cache is None or req.req_pool_index is None:

@@ -60,13 +60,25 @@ def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
 
 
 def build_model_runner(context, tp=None):
-    """The model runner a scheduler uses, as the config describes it (``tp``: its tensor-parallel place)."""
+    """The model runner a scheduler uses, as the config describes it (``tp``: its tensor-parallel place):
+    a :class:`ModelRunner` for a decoder, an :class:`EncoderRunner` for an encoder-only model."""
+    from tercet.model.architecture import choose_architecture
+    from tercet.model.checkpoint import open_checkpoint
     from tercet.model.model_runner import ModelRunner
     from tercet.model.tensor_parallel import SINGLE
 
     config = context.config
+    tp = SINGLE if tp is None else tp
     linear_methods = context.registries.linear_methods
     architectures = context.registries.model_architectures
+    architectures = {name: architectures.get(name) for name in architectures.names()}
+    if not choose_architecture(open_checkpoint(config.model.path).config, architectures).can_generate:
+        from tercet.model.encoder_runner import EncoderRunner
+
+        return EncoderRunner(
+            config.model.path, architectures, dtype=config.model.dtype, device=config.model.device,
+            pooling=config.model.pooling, quantization=config.model.quantization, tp=tp,
+        )
     return ModelRunner(
         model_path=config.model.path,
         dtype=config.model.dtype,
@@ -79,12 +91,14 @@ def build_model_runner(context, tp=None):
         kv_cache_memory=config.model.kv_cache_memory,
         dense_from_rows=config.model.dense_from_rows,
         linear_methods={name: linear_methods.get(name) for name in linear_methods.names()},
-        architectures={name: architectures.get(name) for name in architectures.names()},
-        tp=SINGLE if tp is None else tp,
+        architectures=architectures,
+        tp=tp,
+        pooling=config.model.pooling,
     )
 
 
 def _build(context, port_args, rank, heartbeat, tp_rank=0):
+    from tercet.model_abilities import ModelAbilities
     from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer import load_tokenizer
 
@@ -94,12 +108,14 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
     scheduler = Scheduler(
         context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank, heartbeat=heartbeat
     )
+    weights = model_runner.weights_info
     logging.getLogger(__name__).info(
-        "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens (%s MiB)",
-        config.model.path, model_runner.load_report.weight_format, model_runner.load_report.weight_bytes >> 20,
-        model_runner.dtype, model_runner.device, model_runner.max_total_tokens, model_runner.kv_cache.num_bytes >> 20,
+        "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens (%s MiB)%s",
+        config.model.path, weights["weight_format"], weights["weight_bytes"] >> 20, model_runner.dtype,
+        model_runner.device, weights["max_total_tokens"], weights["kv_cache_bytes"] >> 20,
+        "" if model_runner.pooling is None else f"; embeddings pooled by {model_runner.pooling.method}",
     )
     # "input": where TP rank 0 bound the rank's input, its port filled in (other nodes bind on ``*``).
-    ready_info = {"context_len": model_runner.context_len,
+    ready_info = {"context_len": model_runner.context_len, **ModelAbilities.of(model_runner).as_dict(),
                   "input": scheduler.receiver.endpoint if scheduler.receiver is not None else None}
     return scheduler, ready_info

