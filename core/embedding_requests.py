@@ -51,8 +51,9 @@ class EmbeddingRequests:
         try:
             self.rid_to_state.update(states)
             for message in input_messages(rids, input_ids):
-                self.router.send(message, [message.rid])
+                rank = self.router.send(message, [message.rid])
                 sent.add(message.rid)
+                self.metrics.started(message.rid, rank)
             while not all(state.finished for state in states.values()):
                 await event.wait()
                 event.clear()
@@ -61,6 +62,7 @@ class EmbeddingRequests:
             for rid, state in states.items():
                 if rid in sent and not state.finished:
                     self.abort(rid)  # the caller left: its inputs still waiting need not run
+                    self.metrics.abandoned(rid)
                 self.rid_to_state.pop(rid, None)
                 self.router.forget(rid)
 
@@ -78,6 +80,11 @@ class EmbeddingRequests:
 
     def handle_batch_embedding_output(self, batch: BatchEmbeddingOutput) -> None:
         for position, rid in enumerate(batch.rids):
+            # As for generation: a failure of /metrics must not cost the batch its outputs.
+            try:
+                self.metrics.embedded(rid, batch.prompt_tokens[position], batch.refusals[position] is not None)
+            except Exception:
+                self.failures.record("metrics", f"observing embedding input {rid!r} for /metrics failed")
             state = self.rid_to_state.get(rid)
             if state is None:  # its caller has gone
                 continue

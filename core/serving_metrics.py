@@ -62,6 +62,8 @@ class ServingMetrics:
                                              labels, buckets=TOKEN_LATENCY_BUCKETS, registry=self.registry)
         self.e2e_latency = Histogram(f"{PREFIX}e2e_request_latency_seconds", "Request to its last token",
                                      labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.embedding_inputs = Counter(f"{PREFIX}embedding_inputs", "Inputs of /v1/embeddings that ended, by outcome",
+                                        [*labels, "outcome"], registry=self.registry)
         self.ranks = RankCollector(model_name)
         self.registry.register(self.ranks)
         self.in_flight: dict[str, _InFlight] = {}
@@ -97,6 +99,22 @@ class ServingMetrics:
             self.finished.labels(*labels, finish_reason.kind).inc()
             self.prompt_tokens.labels(*labels).inc(prompt_tokens)
             del self.in_flight[rid]
+
+    def embedded(self, rid: str, prompt_tokens: int, refused: bool) -> None:
+        """Embedding input ``rid`` (started as a request is) came back, embedded or refused."""
+        request = self.in_flight.pop(rid, None)
+        if request is None:
+            return
+        labels = (self.model_name, request.rank)
+        self.embedding_inputs.labels(*labels, "refused" if refused else "embedded").inc()
+        if not refused:
+            self.prompt_tokens.labels(*labels).inc(prompt_tokens)
+
+    def abandoned(self, rid: str) -> None:
+        """An embedding input its caller left before it came back (it was aborted)."""
+        request = self.in_flight.pop(rid, None)
+        if request is not None:
+            self.embedding_inputs.labels(self.model_name, request.rank, "aborted").inc()
 
 
 

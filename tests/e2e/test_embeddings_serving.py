@@ -13,6 +13,7 @@ import openai
 import pytest
 import torch
 import torch.nn.functional as F
+from test_metrics_serving import scrape, value
 
 from tercet.testing import TINY_SETTINGS
 
@@ -93,6 +94,18 @@ def test_token_id_inputs_embed_as_the_text_they_tokenize_from(minilm_client, min
     for text_item, id_item in zip(from_text.data, from_ids.data):
         assert numpy.allclose(text_item.embedding, id_item.embedding, atol=1e-6)
     assert numpy.allclose(from_one_list.data[0].embedding, from_text.data[1].embedding, atol=1e-6)
+
+
+def test_embedded_inputs_and_their_tokens_are_counted_in_the_metrics(minilm_server):
+    before = scrape(minilm_server)
+    reply = httpx.post(minilm_server.base_url + "/v1/embeddings", json={"input": TEXTS[:3]}, timeout=TIMEOUT).json()
+    after = scrape(minilm_server)
+    assert (value(after, "tercet:embedding_inputs_total", outcome="embedded")
+            - value(before, "tercet:embedding_inputs_total", outcome="embedded")) == 3
+    assert (value(after, "tercet:prompt_tokens_total") - value(before, "tercet:prompt_tokens_total")
+            == reply["usage"]["prompt_tokens"])
+    # Embeddings are not completions: the generation series do not move.
+    assert value(after, "tercet:request_success_total") == value(before, "tercet:request_success_total")
 
 
 def test_concurrent_requests_get_what_each_gets_alone(minilm_client):
