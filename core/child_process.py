@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -10,6 +11,7 @@ import traceback
 from typing import Callable
 
 from tercet.process_context import ProcessContext, configure_logging, die_with_parent
+from tercet.supervisor import STACK_DUMP_SIGNAL
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +26,8 @@ def run_child(
     """
     die_with_parent()
     configure_logging(log_name or component, config.server.log_level)
+    # The supervisor asks a child that does not stop on SIGTERM for its stacks before killing it.
+    faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
     # SIGTERM is how the parent stops children: exit quietly and at once.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)

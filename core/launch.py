@@ -30,7 +30,7 @@ from tercet.process_title import set_process_title
 from tercet.rendezvous import run_rendezvous_process
 from tercet.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
 from tercet.scheduler.process import run_scheduler_process, scheduler_name
-from tercet.supervisor import ChildFailed, ChildSupervisor
+from tercet.supervisor import FAILED_STOP_GRACE_SECONDS, STOP_GRACE_SECONDS, ChildFailed, ChildSupervisor
 from tercet.topology import Topology
 from tercet.watchdog import StepHeartbeat
 
@@ -114,7 +114,8 @@ def launch_server(config: TercetConfig) -> int:
     finally:
         if hub is not None:
             hub.stop(failed=exit_code != 0)
-        supervisor.stop_all()
+        # After a failure the server must be gone within seconds: less grace for stragglers.
+        supervisor.stop_all(timeout=STOP_GRACE_SECONDS if exit_code == 0 else FAILED_STOP_GRACE_SECONDS)
         port_args.remove_runtime_dir()
         watcher.stop()
 

@@ -27,7 +27,7 @@ from tercet.process_context import configure_logging
 from tercet.process_title import set_process_title
 from tercet.runtime_dir import RuntimeDirWatcher, create_runtime_dir
 from tercet.scheduler.process import run_scheduler_process, scheduler_name
-from tercet.supervisor import ChildFailed, ChildSupervisor
+from tercet.supervisor import FAILED_STOP_GRACE_SECONDS, STOP_GRACE_SECONDS, ChildFailed, ChildSupervisor
 from tercet.topology import Topology
 from tercet.watchdog import StepHeartbeat
 
@@ -138,9 +138,10 @@ def _serve_joined(config: TercetConfig, topology: Topology, link: NodeLink) -> i
     except ChildFailed as failure:
         logger.error("%s; stopping this node", failure)
         _tell(link, "failed", name=failure.name, reason=failure.reason)
+        outcome["code"] = 1
         return 1
     finally:
-        supervisor.stop_all()
+        supervisor.stop_all(timeout=STOP_GRACE_SECONDS if outcome["code"] == 0 else FAILED_STOP_GRACE_SECONDS)
         port_args.remove_runtime_dir()
         watcher.stop()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import threading
 import time
@@ -40,6 +41,12 @@ class Child:
     process: multiprocessing.Process
     heartbeat: StepHeartbeat | None = None
 
+
+# Seconds the children get to exit on SIGTERM before they are killed: they exit at once
+# unless a plugin's tercet_shutdown hook takes time. Less when stopping on a failure,
+# where the server must be gone within seconds.
+STOP_GRACE_SECONDS = 5.0
+FAILED_STOP_GRACE_SECONDS = 2.0
 
 # How often the watcher looks at heartbeats when a watchdog is set.
 WATCHDOG_POLL_SECONDS = 0.25
@@ -163,18 +170,38 @@ class ChildSupervisor:
                     return child, seconds
         return None
 
-    def stop_all(self, timeout: float = 5.0) -> None:
-        """Stop children in reverse start order: terminate, then kill what lingers."""
+    def stop_all(self, timeout: float = STOP_GRACE_SECONDS) -> None:
+        """Stop children: SIGTERM to each, in reverse start order, then up to ``timeout`` seconds
+        for all of them together; one still there then has its threads' stacks written to the
+        log (it should have exited at once) and is killed."""
         self.is_stopping = True
         for child in reversed(self.children):
             if child.process.is_alive():
                 logger.info("stopping %s (pid %d)", child.name, child.process.pid)
                 child.process.terminate()
-                child.process.join(timeout)
+        deadline = time.monotonic() + timeout
+        for child in reversed(self.children):
+            child.process.join(max(deadline - time.monotonic(), 0))
             if child.process.is_alive():
+                logger.warning("%s did not stop within %g s of SIGTERM; killing it, its stacks first", child.name, timeout)
+                _dump_stacks(child.process)
                 child.process.kill()
-                child.process.join(timeout)
+                child.process.join(5)
 
     @property
     def pids(self) -> dict[str, int]:
         return {child.name: child.process.pid for child in self.children}
+
+
+# What a child answers with its threads' stacks (faulthandler, set up by tercet.child_process):
+# written from C, so it comes even from a main thread stuck in a C call.
+STACK_DUMP_SIGNAL = signal.SIGUSR1
+STACK_DUMP_WAIT_SECONDS = 0.5
+
+
+def _dump_stacks(process: multiprocessing.Process) -> None:
+    try:
+        os.kill(process.pid, STACK_DUMP_SIGNAL)
+    except ProcessLookupError:
+        return
+    process.join(STACK_DUMP_WAIT_SECONDS)

@@ -149,3 +149,29 @@ def test_watch_reports_a_failure_from_elsewhere_once():
         supervisor.stop_all()
     assert deaths == [("node 1 launcher", "its link closed")]
     assert supervisor.children[0].process.exitcode is not None  # stop_all stopped the local child
+
+
+def ignore_sigterm(stacks_path, writer):
+    import faulthandler
+
+    stacks = open(stacks_path, "w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    writer.send(("ready", {}))
+    while True:
+        time.sleep(60)
+
+
+def test_a_child_that_outstays_sigterm_is_killed_after_the_grace_with_its_stacks_dumped(tmp_path, caplog):
+    supervisor = ChildSupervisor()
+    stacks = tmp_path / "stacks.txt"
+    supervisor.start("stubborn", ignore_sigterm, (str(stacks),), timeout=60)
+    supervisor.start("worker", report_ready, (), timeout=60)
+    started = time.monotonic()
+    supervisor.stop_all(timeout=1.0)
+    took = time.monotonic() - started
+    assert all(child.process.exitcode is not None for child in supervisor.children)
+    assert supervisor.children[0].process.exitcode == -signal.SIGKILL
+    assert "stubborn did not stop within 1 s of SIGTERM" in caplog.text
+    assert "in ignore_sigterm" in stacks.read_text()
+    assert took < 30  # one shared grace, not one per child

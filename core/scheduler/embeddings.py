@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from tercet.scheduler.kv_memory import RequestKVMemory
 
 
-
 @dataclass(frozen=True)
 class EmbeddingReq:
     rid: str
