@@ -47,6 +47,7 @@ class Child:
 # where the server must be gone within seconds.
 STOP_GRACE_SECONDS = 5.0
 FAILED_STOP_GRACE_SECONDS = 2.0
+MIN_STOP_SECONDS = 0.5
 
 # How often the watcher looks at heartbeats when a watchdog is set.
 WATCHDOG_POLL_SECONDS = 0.25
@@ -171,17 +172,18 @@ class ChildSupervisor:
         return None
 
     def stop_all(self, timeout: float = STOP_GRACE_SECONDS) -> None:
-        """Stop children: SIGTERM to each, in reverse start order, then up to ``timeout`` seconds
-        for all of them together; one still there then has its threads' stacks written to the
-        log (it should have exited at once) and is killed."""
+        """Stop children in reverse start order (each calls its ``tercet_shutdown`` in turn): SIGTERM,
+        then a wait, all of them sharing ``timeout`` seconds (each gets at least
+        ``MIN_STOP_SECONDS``). One still there has its threads' stacks written to the log (it
+        should have exited at once) and is killed."""
         self.is_stopping = True
-        for child in reversed(self.children):
-            if child.process.is_alive():
-                logger.info("stopping %s (pid %d)", child.name, child.process.pid)
-                child.process.terminate()
         deadline = time.monotonic() + timeout
         for child in reversed(self.children):
-            child.process.join(max(deadline - time.monotonic(), 0))
+            if not child.process.is_alive():
+                continue
+            logger.info("stopping %s (pid %d)", child.name, child.process.pid)
+            child.process.terminate()
+            child.process.join(max(deadline - time.monotonic(), MIN_STOP_SECONDS))
             if child.process.is_alive():
                 logger.warning("%s did not stop within %g s of SIGTERM; killing it, its stacks first", child.name, timeout)
                 _dump_stacks(child.process)
