@@ -111,8 +111,14 @@ class NodeHub:
                     )
                 return
             if message["kind"] == "ready":
+                try:
+                    inputs = {int(rank): str(endpoint) for rank, endpoint in message["inputs"].items()}
+                except (KeyError, AttributeError, TypeError, ValueError):
+                    # A node that says nonsense cannot be served with: it fails the start, named.
+                    self.supervisor.report_failure(f"node {node} ({where})", f"sent a malformed ready: {message}")
+                    return
                 with self.condition:
-                    self.inputs.update({int(rank): endpoint for rank, endpoint in message["inputs"].items()})
+                    self.inputs.update(inputs)
                     self.ready_nodes.add(node)
                     self.condition.notify_all()
                 logger.info("node %d (%s) is ready: %s", node, where, self.workers_of(node))

@@ -101,3 +101,11 @@ def test_a_node_that_never_joins_fails_the_start_at_the_timeout():
             hub.wait_until_ready(timeout=60)
     finally:
         hub.stop(failed=True)
+
+
+def test_a_malformed_ready_fails_the_start_naming_the_node(hub):
+    link, _ = join(hub)
+    link.send("ready", inputs=["not", "a", "mapping"])
+    name, reason = reported(hub.supervisor)
+    assert name == "node 1 (host b, 127.0.0.1)" and reason.startswith("sent a malformed ready")
+    link.close()

@@ -16,13 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.http.control_api import TIMEOUT_RANGE
+from tercet.http.openapi_embedding_schemas import embedding_request, embedding_response
 from tercet.http.openapi_schemas import (
     DEFAULT_MAX_PROMPTS,
     ERROR_REF,
     chat_completion_request,
     completion_request,
-    embedding_request,
-    embedding_response,
     error_schema,
     generate_request,
     model_schema,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from tercet.config import ServerConfig
 from tercet.http.chat_messages import CHAT_ROLES
-from tercet.http.embedding_request import ENCODING_FORMATS
 from tercet.http.native_request import LOGPROB_START_LEN
 from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
 from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
@@ -57,7 +56,7 @@ def object_schema(properties: dict, required: tuple[str, ...] = (), additional: 
     return schema
 
 
-def _token_ids(vocab_size: int | None, min_items: int = 0) -> dict:
+def token_ids_schema(vocab_size: int | None, min_items: int = 0) -> dict:
     token_id = ranged(TOKEN_ID, vocab_size, description="a token id, below the vocabulary size")
     schema = {"type": "array", "items": token_id}
     if min_items:
@@ -137,7 +136,7 @@ def _sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> di
         "repetition_penalty": sampling_field("repetition_penalty"),
         "seed": sampling_field("seed"),
         "stop": _stop(),
-        "stop_token_ids": _token_ids(vocab_size),
+        "stop_token_ids": token_ids_schema(vocab_size),
         "ignore_eos": {"type": "boolean"},
         "skip_special_tokens": {"type": "boolean"},
         "no_stop_trim": {"type": "boolean"},
@@ -196,7 +195,7 @@ def generate_request(
             "description": "a JSON Schema as JSON text (or as an object); at most one output constraint",
         }),
     })
-    one_text, one_prompt = {"type": "string"}, _token_ids(vocab_size, min_items=1)
+    one_text, one_prompt = {"type": "string"}, token_ids_schema(vocab_size, min_items=1)
     text = {
         "oneOf": [one_text, _prompt_list(one_text, max_prompts)],
         "description": "the prompt, or a list of them; exactly one of text and input_ids is not null",
@@ -223,7 +222,7 @@ def generate_request(
 def completion_request(
     max_tokens_limit: int | None = None, vocab_size: int | None = None, max_prompts: int = DEFAULT_MAX_PROMPTS
 ) -> dict:
-    text, token_ids = {"type": "string"}, _token_ids(vocab_size, min_items=1)
+    text, token_ids = {"type": "string"}, token_ids_schema(vocab_size, min_items=1)
     # A one-element list is that prompt alone; longer lists are batches.
     prompt = {"oneOf": [text, token_ids, _prompt_list(text, max_prompts), _prompt_list(token_ids, max_prompts)]}
     properties = {
@@ -332,56 +331,6 @@ def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int
 
 
 # -- responses ------------------------------------------------------------------
-
-
-# The largest dimensions value the document allows: any int64 (the parser accepts only the model's own size).
-MAX_DIMENSIONS = (1 << 63) - 1
-
-
-def embedding_request(vocab_size: int | None = None, max_prompts: int = DEFAULT_MAX_PROMPTS) -> dict:
-    """``POST /v1/embeddings`` (docs/api.md "Embeddings")."""
-    text, token_ids = {"type": "string", "minLength": 1}, _token_ids(vocab_size, min_items=1)
-
-    def inputs(item: dict) -> dict:
-        return {"type": "array", "minItems": 1, "maxItems": max_prompts, "items": item,
-                "description": f"at most {max_prompts} inputs"}
-
-    input_schema = {
-        "oneOf": [text, token_ids, inputs(text), inputs(token_ids)],
-        "description": "a string, a list of token ids, or a list of either: one embedding each, in order",
-    }
-    properties = {
-        "input": input_schema,
-        "model": nullable({"type": "string", "description": "must be the served model's name"}),
-        "encoding_format": nullable({"type": "string", "enum": list(ENCODING_FORMATS)}),
-        "dimensions": nullable({
-            "type": "integer", "minimum": 1, "maximum": MAX_DIMENSIONS,
-            "description": "only the model's own embedding size: no served model is trained to be shortened",
-        }),
-        "user": nullable({"type": "string"}),
-    }
-    return object_schema(properties, required=("input",))
-
-
-def embedding_response() -> dict:
-    vector = {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string", "format": "byte"}]}
-    item = object_schema(
-        {"object": {"type": "string", "enum": ["embedding"]}, "index": {"type": "integer", "minimum": 0,
-                                                                         "maximum": MAX_DIMENSIONS},
-         "embedding": vector},
-        required=("object", "index", "embedding"),
-    )
-    count = {"type": "integer", "minimum": 0, "maximum": MAX_DIMENSIONS}
-    return object_schema(
-        {
-            "object": {"type": "string", "enum": ["list"]},
-            "data": {"type": "array", "items": item},
-            "model": {"type": "string"},
-            "usage": object_schema({"prompt_tokens": count, "total_tokens": count},
-                                   required=("prompt_tokens", "total_tokens")),
-        },
-        required=("object", "data", "model", "usage"),
-    )
 
 
 def model_schema() -> dict:
