@@ -19,6 +19,7 @@ from tercet.config import TercetConfig
 from tercet.config_description import describe_rank
 from tercet.detokenizer_manager import run_detokenizer_process
 from tercet.errors import TercetError
+from tercet.model.default_model import resolve_model
 from tercet.model_abilities import ModelAbilities
 from tercet.node_address import DistInitAddr, pin_collectives_to
 from tercet.node_hub import NodeHub
@@ -35,16 +36,6 @@ from tercet.topology import Topology
 from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger("tercet.launch")
-
-
-def resolve_model(config: TercetConfig) -> TercetConfig:
-    """Fix the checkpoint (the default model's GGUF when none is given) and the served name."""
-    from tercet.model.default_model import model_name_of, resolve_model_path
-
-    model_path = resolve_model_path(config.model.path)
-    return config.replace(
-        "model", path=str(model_path), served_model_name=config.model.served_model_name or model_name_of(model_path)
-    )
 
 
 def launch_server(config: TercetConfig) -> int:

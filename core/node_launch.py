@@ -20,6 +20,7 @@ import threading
 from tercet.config import TercetConfig
 from tercet.config_description import describe_rank
 from tercet.errors import TercetError
+from tercet.model.default_model import resolve_model
 from tercet.node_address import DistInitAddr, pin_collectives_to
 from tercet.node_link import NodeLink, NodeLinkError, connect_to_node_zero
 from tercet.port_args import PortArgs
@@ -61,7 +62,7 @@ def serve_node(config: TercetConfig) -> int:
     node = config.parallel.node_rank
     configure_logging(f"node{node}", config.server.log_level)
     set_process_title(f"tercet node {node} (schedulers)")
-    config = _resolved(config)
+    config = resolve_model(config)
     topology = Topology.of(config)
     address = DistInitAddr.parse(config.parallel.dist_init_addr)
     try:
@@ -144,12 +145,6 @@ def _serve_joined(config: TercetConfig, topology: Topology, link: NodeLink) -> i
         supervisor.stop_all(timeout=STOP_GRACE_SECONDS if outcome["code"] == 0 else FAILED_STOP_GRACE_SECONDS)
         port_args.remove_runtime_dir()
         watcher.stop()
-
-
-def _resolved(config: TercetConfig) -> TercetConfig:
-    from tercet.launch import resolve_model
-
-    return resolve_model(config)
 
 
 def _follow_node_zero(link: NodeLink, stop: threading.Event, outcome: dict) -> None:

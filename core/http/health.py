@@ -89,36 +89,33 @@ class HealthGenerateProbe:
             text=HEALTH_PROMPT,
             rid=f"{HEALTH_RID_PREFIX}{uuid.uuid4().hex}",
         )
-        outputs = None
+        outputs = self.tokenizer_manager.generate(request)
         try:
-            outputs = self.tokenizer_manager.generate(request)
-            return await asyncio.wait_for(_consume(outputs), self.timeout)
-        except asyncio.TimeoutError:
-            logger.warning("health probe %s got no output within %.1f s; aborting it", request.rid, self.timeout)
-            return f"the health generation did not finish within {self.timeout:g} s"
-        except RequestError as error:
-            return f"the health generation was refused: {error.message}"
-        except Exception as error:
-            logger.exception("health probe %s failed", request.rid)
-            return f"the health generation failed: {type(error).__name__}: {error}"
+            return await self._within_timeout("generation", request.rid, _consume(outputs))
         finally:
-            if outputs is not None:
-                await _close(outputs)
-
+            await _close(outputs)
 
     async def _embedding_probe(self) -> str | None:
         request = EmbeddingRequest([HEALTH_PROMPT], rid=f"{HEALTH_RID_PREFIX}{uuid.uuid4().hex}")
+
+        async def embedded() -> None:
+            await self.tokenizer_manager.embed(request)
+
+        return await self._within_timeout("embedding", request.rid, embedded())
+
+    async def _within_timeout(self, probe: str, rid: str, work) -> str | None:
+        """What is wrong with the server, by how ``work`` (the probe, None when it went well) ended."""
         try:
-            # wait_for cancels the embedding at the timeout, which aborts it in the scheduler.
-            await asyncio.wait_for(self.tokenizer_manager.embed(request), self.timeout)
+            # wait_for cancels the probe at the timeout, which aborts it in the scheduler.
+            return await asyncio.wait_for(work, self.timeout)
         except asyncio.TimeoutError:
-            return f"the health embedding did not finish within {self.timeout:g} s"
+            logger.warning("health probe %s got no output within %.1f s; aborting it", rid, self.timeout)
+            return f"the health {probe} did not finish within {self.timeout:g} s"
         except RequestError as error:
-            return f"the health embedding was refused: {error.message}"
+            return f"the health {probe} was refused: {error.message}"
         except Exception as error:
-            logger.exception("health probe %s failed", request.rid)
-            return f"the health embedding failed: {type(error).__name__}: {error}"
-        return None
+            logger.exception("health probe %s failed", rid)
+            return f"the health {probe} failed: {type(error).__name__}: {error}"
 
 
 async def _consume(outputs) -> str | None:

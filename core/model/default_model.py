@@ -68,3 +68,11 @@ def find_default_gguf() -> Path:
     if not gguf_path.is_file():
         raise ConfigError(f"{gguf_path} is missing; reinstall with: {INSTALL_HINT}")
     return gguf_path
+
+
+def resolve_model(config):
+    """``config`` with the checkpoint fixed (the default model's GGUF when none is given) and the served name."""
+    model_path = resolve_model_path(config.model.path)
+    return config.replace(
+        "model", path=str(model_path), served_model_name=config.model.served_model_name or model_name_of(model_path)
+    )

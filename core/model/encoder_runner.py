@@ -21,7 +21,7 @@ from tercet.errors import ConfigError
 from tercet.model.architecture import EncoderArchitecture, choose_architecture
 from tercet.model.checkpoint import open_checkpoint
 from tercet.model.kv_cache import PageAllocator, ReqToTokenPool
-from tercet.model.model_runner import resolve_device, resolve_dtype, return_freed_memory
+from tercet.model.model_runner import describe_weights, resolve_device, resolve_dtype, return_freed_memory
 from tercet.model.pool import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, TensorParallel
 from tercet.pooling import resolve_pooling
@@ -87,18 +87,7 @@ class EncoderRunner:
 
     @property
     def weights_info(self) -> dict:
-        """What ``/get_server_info`` reports about the weights being served."""
-        return {
-            "quantization": self.quantization,
-            "weight_format": self.load_report.weight_format,
-            "layers_by_method": dict(self.load_report.layers_by_method),
-            "checkpoint_formats": dict(self.checkpoint.tensor_formats),
-            "weight_bytes": self.load_report.weight_bytes,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "kv_cache_bytes": 0,
-            "max_total_tokens": 0,
-            "pooling": self.pooling.as_dict(),
-        }
+        return describe_weights(self, kv_cache_bytes=0)
 
     def update_weights_from_disk(self, model_path: str | Path) -> None:
         """Serve the weights of another checkpoint of the same architecture and sizes;

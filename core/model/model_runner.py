@@ -140,18 +140,7 @@ class ModelRunner:
 
     @property
     def weights_info(self) -> dict:
-        """What ``/get_server_info`` reports about the weights being served."""
-        return {
-            "quantization": self.quantization,
-            "weight_format": self.load_report.weight_format,
-            "layers_by_method": dict(self.load_report.layers_by_method),
-            "checkpoint_formats": dict(self.checkpoint.tensor_formats),
-            "weight_bytes": self.load_report.weight_bytes,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "kv_cache_bytes": self.kv_cache.num_bytes,
-            "max_total_tokens": self.max_total_tokens,
-            "pooling": None if self.pooling is None else self.pooling.as_dict(),
-        }
+        return describe_weights(self, self.kv_cache.num_bytes)
 
     def update_weights_from_disk(self, model_path: str | Path) -> None:
         """Serve the weights of another checkpoint of the same shape.
@@ -252,3 +241,18 @@ def _registered_linear_methods() -> dict[str, Callable[[], LinearMethod]]:
 
     registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).linear_methods
     return {name: registry.get(name) for name in registry.names()}
+
+
+def describe_weights(runner, kv_cache_bytes: int) -> dict:
+    """What ``/get_server_info`` reports about the weights ``runner`` (a model or encoder runner) serves."""
+    return {
+        "quantization": runner.quantization,
+        "weight_format": runner.load_report.weight_format,
+        "layers_by_method": dict(runner.load_report.layers_by_method),
+        "checkpoint_formats": dict(runner.checkpoint.tensor_formats),
+        "weight_bytes": runner.load_report.weight_bytes,
+        "dtype": str(runner.dtype).removeprefix("torch."),
+        "kv_cache_bytes": kv_cache_bytes,
+        "max_total_tokens": runner.max_total_tokens,
+        "pooling": None if runner.pooling is None else runner.pooling.as_dict(),
+    }
