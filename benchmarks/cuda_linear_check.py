@@ -26,10 +26,10 @@ SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)]
 
 
 def check_methods(max_error: float) -> bool:
-    from tercet.model.gguf_blocks import quantize_blocks
+    from tercet.formats.gguf_blocks import quantize_blocks
     from tercet.model.linear_method import LinearTarget
-    from tercet.model.linear_methods import BlockLinearMethod, DenseLinearMethod, Int8LinearMethod
-    from tercet.model.quantized_linear import quantize_per_channel
+    from tercet.plugins.linear_layers.methods import BlockLinearMethod, DenseLinearMethod, Int8LinearMethod
+    from tercet.plugins.linear_layers.quantized import quantize_per_channel
 
     device = torch.device("cuda")
     target = LinearTarget("check", torch.bfloat16, device)
@@ -56,7 +56,7 @@ def check_methods(max_error: float) -> bool:
 
 
 def step_times() -> None:
-    from tercet.model.default_model import find_default_gguf
+    from tercet.formats.default_model import find_default_gguf
     from tercet.model.model_runner import ModelRunner
     from tercet.plugins.torch_native_attention import create_torch_native_backend
 

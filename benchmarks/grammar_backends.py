@@ -26,7 +26,7 @@ Each library runs in its own child process (so "cold" is cold, and one
 library's threads or imports don't touch another's), ``--repeats`` times,
 interleaved; the tables show the median over the repeats and a last table how
 far the repeats spread. Nothing is downloaded: the tokenizer comes from the
-default GGUF through ``tercet.tokenizer.load_tokenizer``.
+default GGUF through ``tercet.tokenizer.loading.load_tokenizer``.
 
     pip install --no-deps xgrammar apache-tvm-ffi llguidance outlines-core   # any of them
     python benchmarks/grammar_backends.py [--repeats 5] [--libs xgrammar,llguidance,outlines_core]
@@ -424,7 +424,7 @@ class OutlinesCore:
     def __init__(self, tokenizer, threads: int):
         import outlines_core as oc
 
-        from tercet.byte_level import BYTE_LEVEL_ALPHABET
+        from tercet.tokenizer.byte_level import BYTE_LEVEL_ALPHABET
 
         self.oc = oc
         # Special tokens are left out (a token missing from the map is never allowed); so is EOS,
@@ -739,10 +739,10 @@ def child(library: str, args) -> dict:
     import torch
 
     torch.set_num_threads(args.torch_threads)
-    import tercet.model.default_model
-    import tercet.tokenizer
+    import tercet.formats.default_model
+    import tercet.tokenizer.loading
 
-    tokenizer = tercet.tokenizer.load_tokenizer(str(tercet.model.default_model.find_default_gguf())).backend_tokenizer
+    tokenizer = tercet.tokenizer.loading.load_tokenizer(str(tercet.formats.default_model.find_default_gguf())).backend_tokenizer
     assert tokenizer.get_vocab_size(with_added_tokens=True) == VOCAB_SIZE
     result = {"library": library, "version": version(DISTRIBUTIONS[library]), "import_s": import_seconds,
               "imports_torch": imported_torch, "imports_transformers": imported_transformers,

@@ -16,11 +16,11 @@ import time
 
 import torch
 
-from tercet.model.checkpoint import open_checkpoint
-from tercet.model.default_model import find_default_gguf
-from tercet.model.linear_methods import BlockLinearMethod, DenseLinearMethod, Int8LinearMethod
+from tercet.formats.checkpoint import open_checkpoint
+from tercet.formats.default_model import find_default_gguf
 from tercet.model.linear_method import LinearTarget
 from tercet.model.weights import FUSED_PROJECTIONS
+from tercet.plugins.linear_layers.methods import BlockLinearMethod, DenseLinearMethod, Int8LinearMethod
 
 
 def layers_of_first_block(method_for, dtype: torch.dtype) -> list[torch.nn.Module]:

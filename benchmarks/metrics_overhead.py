@@ -16,9 +16,9 @@ import argparse
 import statistics
 import time
 
-from tercet.latency_histogram import LatencyHistogram
-from tercet.messages import FinishReason
-from tercet.serving_metrics import ServingMetrics
+from tercet.ipc.messages import FinishReason
+from tercet.metrics.latency_histogram import LatencyHistogram
+from tercet.metrics.serving_metrics import ServingMetrics
 
 CALLS = 100_000
 
@@ -31,7 +31,7 @@ def per_call_seconds(function, calls: int = CALLS) -> float:
 
 
 def decode_step_seconds(batch_size: int, steps: int) -> float:
-    from tercet.model.default_model import find_default_gguf
+    from tercet.formats.default_model import find_default_gguf
     from tercet.model.model_runner import ModelRunner
     from tercet.plugins.torch_native_attention import create_torch_native_backend
     from tercet.testing.paged_greedy import PagedGreedyDriver

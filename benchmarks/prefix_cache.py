@@ -63,7 +63,7 @@ def run(prefix_cache: bool, prompts, log_dir: Path) -> tuple[float, int, list]:
 def main() -> None:
     from transformers import AutoTokenizer
 
-    from tercet.model.dequantized_reference import ensure_dequantized_default_model
+    from tercet.formats.dequantized_reference import ensure_dequantized_default_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=32)

@@ -59,7 +59,7 @@ def server_processes(pid: int) -> list[tuple[str, psutil.Process]]:
 def _helper_role(command: str) -> str:
     if "resource_tracker" in command:
         return "resource tracker"
-    if "tercet.runtime_dir" in command:
+    if "tercet.ipc.runtime_dir" in command:
         return "runtime-dir watcher"
     return "other child"
 

@@ -109,7 +109,7 @@ def main() -> None:
     arguments = parser.parse_args()
     model = arguments.model
     if model is None:
-        from tercet.model.default_model import find_default_gguf
+        from tercet.formats.default_model import find_default_gguf
 
         model = str(find_default_gguf())
     print(f"model {model}; {os.cpu_count()} cores; decode steps of prompts of {PROMPT_LEN} tokens")

@@ -115,27 +115,27 @@ def main(argv: list[str] | None = None) -> int:
             return launch_server(config_from_arguments(arguments))
         if arguments.command == "config":
             from tercet.config import check_plugin_choices
-            from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+            from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
             config = config_from_arguments(arguments)
             plugin_manager = create_plugin_manager(disabled=config.disabled_plugins)
             check_plugin_choices(config, PluginRegistries.from_plugin_manager(plugin_manager))
             print(config_as_toml(config))
-            from tercet.model.default_model import resolve_model_path
-            from tercet.weight_formats import describe_weights
+            from tercet.formats.default_model import resolve_model_path
+            from tercet.formats.weight_formats import describe_weights
 
             print(describe_weights(resolve_model_path(config.model.path), config.model.quantization))
             return 0
         if arguments.command == "plugins":
-            from tercet.plugin_listing import describe_plugins, format_plugins
-            from tercet.plugin_manager import create_plugin_manager
+            from tercet.plugin_host.listing import describe_plugins, format_plugins
+            from tercet.plugin_host.manager import create_plugin_manager
 
             config = config_from_arguments(arguments)
             described = describe_plugins(create_plugin_manager(disabled=config.disabled_plugins))
             print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
             return 0
         if arguments.command == "plugin":
-            from tercet.plugin_skeleton import write_skeleton
+            from tercet.plugin_host.skeleton import write_skeleton
 
             target = write_skeleton(arguments.kind, arguments.name, arguments.directory)
             print(f"wrote {target}; next: pip install -e {target} && python -m pytest {target}")

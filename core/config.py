@@ -17,7 +17,7 @@ import typing
 from typing import Any, Mapping
 
 from tercet.byte_size import parse_byte_size
-from tercet.component_kinds import COMPONENT_KINDS
+
 # The sections, declared in tercet.config_sections; importing them from here works too.
 from tercet.config_sections import (  # noqa: F401 (re-exported)
     DTYPE_NAMES,
@@ -34,6 +34,7 @@ from tercet.config_sections import (  # noqa: F401 (re-exported)
     ToolsConfig,
 )
 from tercet.errors import ConfigError
+from tercet.plugin_host.kinds import COMPONENT_KINDS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -46,7 +46,7 @@ class ModelConfig:
     # copy (2 bytes a weight less), the quantized kernels at every batch size.
     dense_from_rows: int = _at_least(8, 0)
     # How /v1/embeddings turns the final hidden states into one vector (see
-    # tercet.pooling). auto: as the folder's sentence-transformers modules.json
+    # tercet.formats.pooling_spec). auto: as the folder's sentence-transformers modules.json
     # says, and without one none (a decoder then only generates); mean, last,
     # cls: that pooling, L2-normalised, whatever the folder says.
     pooling: str = _choice("auto", "auto", "none", "mean", "last", "cls")

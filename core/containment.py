@@ -29,8 +29,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-from tercet.messages import FinishReason
-
 # What a client sees when its request was ended by a contained failure.
 INTERNAL_FAILURE_STATUS = 500
 
@@ -75,8 +73,3 @@ class ContainedFailures:
 
 def internal_failure_message(what: str) -> str:
     return f"internal error while {what}; this request was ended and the server goes on (the server log has the details)"
-
-
-def internal_failure_reason(what: str) -> FinishReason:
-    """How a request ended by a contained failure finishes: its client gets a 500 naming ``what``."""
-    return FinishReason("abort", message=internal_failure_message(what), status_code=INTERNAL_FAILURE_STATUS)

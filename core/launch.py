@@ -16,24 +16,24 @@ import logging
 import signal
 
 from tercet.config import TercetConfig
-from tercet.config_description import describe_rank
-from tercet.detokenizer_manager import run_detokenizer_process
+from tercet.detokenizer.detokenizer_manager import run_detokenizer_process
 from tercet.errors import TercetError
-from tercet.model.default_model import resolve_model
+from tercet.formats.default_model import resolve_model
+from tercet.ipc.port_args import PortArgs
+from tercet.ipc.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
 from tercet.model_abilities import ModelAbilities
-from tercet.node_address import DistInitAddr, pin_collectives_to
-from tercet.node_hub import NodeHub
-from tercet.node_launch import config_for_nodes, serve_node
-from tercet.plugin_manager import collect_pairs
-from tercet.port_args import PortArgs
-from tercet.process_context import ProcessContext, configure_logging
-from tercet.process_title import set_process_title
-from tercet.rendezvous import run_rendezvous_process
-from tercet.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
-from tercet.scheduler.process import run_scheduler_process, scheduler_name
-from tercet.supervisor import FAILED_STOP_GRACE_SECONDS, STOP_GRACE_SECONDS, ChildFailed, ChildSupervisor
-from tercet.topology import Topology
-from tercet.watchdog import StepHeartbeat
+from tercet.nodes.address import DistInitAddr, pin_collectives_to
+from tercet.nodes.hub import NodeHub
+from tercet.nodes.launch import config_for_nodes, serve_node
+from tercet.parallel.description import describe_rank
+from tercet.parallel.rendezvous import run_rendezvous_process
+from tercet.parallel.topology import Topology, scheduler_name
+from tercet.plugin_host.manager import collect_pairs
+from tercet.processes.context import ProcessContext, configure_logging
+from tercet.processes.supervisor import FAILED_STOP_GRACE_SECONDS, STOP_GRACE_SECONDS, ChildFailed, ChildSupervisor
+from tercet.processes.title import set_process_title
+from tercet.processes.watchdog import StepHeartbeat
+from tercet.scheduler.process import run_scheduler_process
 
 logger = logging.getLogger("tercet.launch")
 
@@ -42,7 +42,7 @@ def launch_server(config: TercetConfig) -> int:
     """Run a server until SIGINT/SIGTERM (exit code 0) or a failure (non-zero).
 
     With ``parallel.nnodes > 1`` this is node 0 of several; on the others
-    (``parallel.node_rank > 0``) it runs only that node's workers (:mod:`tercet.node_launch`).
+    (``parallel.node_rank > 0``) it runs only that node's workers (:mod:`tercet.nodes.launch`).
     """
     if config.parallel.nnodes > 1:
         config = config_for_nodes(config)
@@ -139,10 +139,10 @@ def open_node_hub(config: TercetConfig, topology: Topology, port_args: PortArgs,
 
 async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, context_len: int,
                     abilities: ModelAbilities | None = None) -> int:
+    from tercet.frontend.tokenizer_manager import TokenizerManager
     from tercet.http.app import create_app
     from tercet.http.server import serve_http
-    from tercet.tokenizer import load_tokenizer
-    from tercet.tokenizer_manager import TokenizerManager
+    from tercet.tokenizer.loading import load_tokenizer
 
     config = context.config
     tokenizer_manager = TokenizerManager(

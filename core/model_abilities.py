@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tercet.pooling import Pooling
+from tercet.formats.pooling_spec import Pooling
+
+# What a request for something the model cannot do is refused with (400), by the API and the scheduler alike.
+NO_POOLING = (
+    "this model serves no embeddings: it is a decoder and [model] pooling is none; set [model] pooling = "
+    '"last" or "mean" (--set model.pooling=mean) to pool its final hidden states'
+)
+ENCODER_CANNOT_GENERATE = (
+    "this model is encoder-only: it cannot generate text; it serves embeddings (POST /v1/embeddings)"
+)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,6 @@
 """The core message types of the three edges and the control plane, registered like any plugin's."""
 
-from tercet.control_messages import CONTROL_MESSAGE_TYPES
-from tercet.hookspecs import hookimpl
-from tercet.messages import CORE_MESSAGE_TYPES
+from tercet.plugin_api import CONTROL_MESSAGE_TYPES, CORE_MESSAGE_TYPES, hookimpl
 
 
 @hookimpl

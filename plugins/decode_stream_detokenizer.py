@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import hookimpl
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,7 @@ while it is still cached, and the requests that share the most go first.
 Without a prefix cache this is arrival order.
 """
 
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulingPolicy
+from tercet.plugin_api import SchedulingPolicy, hookimpl
 
 
 class DepthFirstByWeight(SchedulingPolicy):

@@ -1,7 +1,6 @@
 """First come, first served: admit waiting requests in arrival order."""
 
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulingPolicy
+from tercet.plugin_api import SchedulingPolicy, hookimpl
 
 
 class FirstComeFirstServed(SchedulingPolicy):

@@ -7,13 +7,13 @@ so torch is only imported when a layer is made.
 
 from functools import partial
 
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import hookimpl
 
 BLOCK_TYPES = ("Q4_0", "Q4_1", "Q8_0")
 
 
 def create_block_method(type_name: str):
-    from tercet.model.linear_methods import BlockLinearMethod
+    from tercet.plugins.linear_layers.methods import BlockLinearMethod
 
     return BlockLinearMethod(type_name)
 

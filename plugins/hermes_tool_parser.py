@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 
-from tercet.hookspecs import hookimpl
-from tercet.tool_calls import ToolCall, ToolCallParse, ToolCallParser, read_call_object
+from tercet.plugin_api import ToolCall, ToolCallParse, ToolCallParser, hookimpl, read_call_object
 
 OPEN_CALL, CLOSE_CALL = "<tool_call>", "</tool_call>"
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import hookimpl
 
 REPLACEMENT_CHARACTER = "\ufffd"
 

@@ -4,11 +4,11 @@ This module is imported in every process, so torch is only imported when a
 layer is made.
 """
 
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import hookimpl
 
 
 def create_int8_method():
-    from tercet.model.linear_methods import Int8LinearMethod
+    from tercet.plugins.linear_layers.methods import Int8LinearMethod
 
     return Int8LinearMethod()
 

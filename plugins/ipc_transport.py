@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import hookimpl
 
 
 class IpcTransport:

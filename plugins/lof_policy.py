@@ -5,8 +5,7 @@ alone at the end of a burst, when the batch has little else to share the step
 with.
 """
 
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulingPolicy
+from tercet.plugin_api import SchedulingPolicy, hookimpl
 
 
 def num_tokens_left_to_generate(req) -> int:

@@ -5,8 +5,7 @@ free prefill and keeps the prefix from being evicted before it is reused.
 Without a prefix cache every request matches nothing, so this is arrival order.
 """
 
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulingPolicy
+from tercet.plugin_api import SchedulingPolicy, hookimpl
 
 
 class LongestPrefixMatch(SchedulingPolicy):

@@ -12,8 +12,7 @@ import dataclasses
 
 import msgpack
 
-from tercet.hookspecs import hookimpl
-from tercet.messages import MessageRegistry, UnknownMessageError
+from tercet.plugin_api import MessageRegistry, UnknownMessageError, hookimpl
 
 MESSAGE_EXT_CODE = 1
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pickle
 
-from tercet.hookspecs import hookimpl
-from tercet.messages import MessageRegistry, UnknownMessageError
+from tercet.plugin_api import MessageRegistry, UnknownMessageError, hookimpl
 
 
 class PickleSerializer:

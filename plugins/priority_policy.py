@@ -6,9 +6,7 @@ equal priorities never preempt each other, so two requests cannot keep
 swapping places.
 """
 
-from tercet.errors import ConfigError
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulingPolicy
+from tercet.plugin_api import ConfigError, SchedulingPolicy, hookimpl
 
 
 class PriorityOrder(SchedulingPolicy):

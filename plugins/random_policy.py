@@ -8,9 +8,7 @@ the queue alike, or their batches, and the collectives in them, would differ.
 
 import random
 
-from tercet.errors import ConfigError
-from tercet.hookspecs import hookimpl
-from tercet.scheduler.policy import SchedulingPolicy
+from tercet.plugin_api import ConfigError, SchedulingPolicy, hookimpl
 
 
 class RandomOrder(SchedulingPolicy):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from tercet.hookspecs import hookimpl
+from tercet.plugin_api import hookimpl
 
 
 class TcpTransport:

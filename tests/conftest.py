@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tercet.formats.default_model import find_default_gguf
+from tercet.formats.gguf_file import GgufFile
+
 
 @pytest.fixture(scope="session")
 def default_model_dir(tercet_default_model_dir) -> Path:
@@ -28,3 +31,10 @@ def minilm_dir(tercet_minilm_dir) -> Path:
 def _quiet_tokenizers():
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
+
+
+@pytest.fixture(scope="module")
+def default_gguf():
+    """The default model's GGUF, parsed (its tensors stay in the file until read)."""
+    with GgufFile(find_default_gguf()) as parsed:
+        yield parsed

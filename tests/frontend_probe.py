@@ -25,17 +25,17 @@ def main(model_path: str) -> dict:
     import zmq
 
     import tercet.cli  # noqa: F401 -- the `tercet serve` entry, imported as the command imports it
-    from tercet.channels import MessageSender
     from tercet.config import load_config
-    from tercet.detokenizer_manager import run_detokenizer_process
+    from tercet.detokenizer.detokenizer_manager import run_detokenizer_process
+    from tercet.frontend.tokenizer_manager import TokenizerManager
     from tercet.http.app import create_app
+    from tercet.ipc.channels import MessageSender
+    from tercet.ipc.messages import BatchTokenIDOutput, FinishReason
+    from tercet.ipc.port_args import PortArgs
     from tercet.launch import resolve_model
-    from tercet.messages import BatchTokenIDOutput, FinishReason
-    from tercet.port_args import PortArgs
-    from tercet.process_context import ProcessContext
-    from tercet.supervisor import ChildSupervisor
-    from tercet.tokenizer import load_tokenizer
-    from tercet.tokenizer_manager import TokenizerManager
+    from tercet.processes.context import ProcessContext
+    from tercet.processes.supervisor import ChildSupervisor
+    from tercet.tokenizer.loading import load_tokenizer
 
     config = resolve_model(load_config(environ={}, overrides={"model": {"path": model_path}}))
     context = ProcessContext.create(config)  # every installed plugin, as in the server

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tercet.byte_level import byte_level_characters
+from tercet.tokenizer.byte_level import byte_level_characters
 
 
 def write_gguf(path, *, add_bos: bool | None, add_eos: bool | None = None, add_space_prefix: bool | None = None,

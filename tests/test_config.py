@@ -8,7 +8,7 @@ from tercet.config import (
     parse_set_options,
 )
 from tercet.errors import ConfigError
-from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
 
 def test_defaults_match_the_documented_names():

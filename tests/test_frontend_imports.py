@@ -15,7 +15,7 @@ from pathlib import Path
 
 from frontend_probe import mapped_heavy_modules
 
-from tercet.model.default_model import find_default_gguf
+from tercet.formats.default_model import find_default_gguf
 
 PROBE = Path(__file__).with_name("frontend_probe.py")
 

@@ -1,5 +1,5 @@
+from tercet.formats.pooling_spec import Pooling
 from tercet.model_abilities import ModelAbilities
-from tercet.pooling import Pooling
 
 
 def test_abilities_survive_the_ready_report():

@@ -41,12 +41,13 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 def test_wheel_has_core_and_plugin_packages(wheel):
     names = set(wheel.namelist())
-    for module in ["tercet/hookspecs.py", "tercet/scheduler/scheduler.py", "tercet/model/llama.py",
-                   "tercet/http/app.py", "tercet/plugins/msgpack_serializer.py", "tercet/testing/pytest_plugin.py"]:
+    for module in ["tercet/plugin_host/hookspecs.py", "tercet/scheduler/scheduler.py", "tercet/model/llama.py",
+                   "tercet/http/app.py", "tercet/plugins/msgpack_serializer.py", "tercet/testing/pytest_plugin.py",
+                   "tercet/plugins/torch_native_attention/backend.py", "tercet/plugin_api/model.py"]:
         assert module in names
     # `tercet plugin new` reads its templates from the installed package.
-    assert "tercet/skeleton_templates/pyproject.toml.tmpl" in names
-    assert "tercet/skeleton_templates/scheduling_policies/plugin.py.tmpl" in names
+    assert "tercet/plugin_host/skeleton_templates/pyproject.toml.tmpl" in names
+    assert "tercet/plugin_host/skeleton_templates/scheduling_policies/plugin.py.tmpl" in names
 
 
 def test_the_wheel_declares_the_pytest_plugin(wheel):
@@ -70,6 +71,10 @@ def test_every_package_directory_is_listed():
 
 
 def test_every_builtin_plugin_module_is_an_entry_point():
+    # A plugin is a module plugins/NAME.py or a package plugins/NAME/ whose __init__ implements hooks;
+    # a package without hooks (linear_layers) holds code that plugins share.
     modules = {f"tercet.plugins.{path.stem}" for path in (ROOT / "plugins").glob("*.py") if path.stem != "__init__"}
+    packages = {f"tercet.plugins.{init.parent.name}" for init in (ROOT / "plugins").glob("*/__init__.py")
+                if "@hookimpl" in init.read_text()}
     registered = set(PYPROJECT["project"]["entry-points"]["tercet"].values())
-    assert registered == modules, "[project.entry-points.tercet] and plugins/*.py differ"
+    assert registered == modules | packages, "[project.entry-points.tercet] and the plugins in plugins/ differ"

@@ -5,7 +5,7 @@ server from the outside: synthetic prompts of an exact token length
 (:mod:`~tercet.bench.workload`) sent as streamed completions
 (:mod:`~tercet.bench.streaming_client`) at a fixed concurrency or a Poisson
 rate (:mod:`~tercet.bench.arrivals`), summarised as throughput and latency
-percentiles (:mod:`~tercet.bench.metrics`, :mod:`~tercet.bench.report`).
+percentiles (:mod:`~tercet.bench.summary`, :mod:`~tercet.bench.report`).
 """
 
 from tercet.errors import TercetError

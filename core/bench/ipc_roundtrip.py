@@ -23,12 +23,12 @@ import time
 
 import zmq
 
-from tercet.channels import MessageReceiver, MessageSender
 from tercet.config import load_config
 from tercet.errors import TercetError
-from tercet.messages import BatchTokenIDOutput, TokenizedGenerateReq
-from tercet.port_args import PortArgs
-from tercet.process_context import ProcessContext
+from tercet.ipc.channels import MessageReceiver, MessageSender
+from tercet.ipc.messages import BatchTokenIDOutput, TokenizedGenerateReq
+from tercet.ipc.port_args import PortArgs
+from tercet.processes.context import ProcessContext
 from tercet.sampling_params import SamplingParams
 
 MESSAGE_KINDS = ("generate_req", "decode_step")
@@ -68,7 +68,7 @@ def _serializer(context: ProcessContext, name: str):
 
 def _echo_process(control) -> None:
     """Echo every message of each session the parent opens, until it sends ``None``."""
-    from tercet.process_context import die_with_parent
+    from tercet.processes.context import die_with_parent
 
     die_with_parent()
     context = _context()

@@ -72,8 +72,8 @@ def _run_both(model_path, dtype, batch_size, input_len, output_len, seed, with_t
     import torch
     import transformers
 
-    from tercet.model.default_model import resolve_model_path
-    from tercet.model.dequantized_reference import ensure_dequantized_default_model
+    from tercet.formats.default_model import resolve_model_path
+    from tercet.formats.dequantized_reference import ensure_dequantized_default_model
 
     # transformers runs the same weights: the default model as its dequantized checkpoint.
     path = resolve_model_path(model_path) if model_path is not None else ensure_dequantized_default_model()
@@ -180,7 +180,7 @@ def synthetic_prompts(model_path, batch_size: int, input_len: int, seed: int) ->
     from transformers import AutoConfig
 
     from tercet.bench.workload import ordinary_token_ids
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     vocab_size = AutoConfig.from_pretrained(str(model_path)).vocab_size
     # The tokenizer may know more ids than the model's embedding has rows.

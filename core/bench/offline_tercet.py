@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from tercet.bench.offline_metrics import Progress, TokenTimeline
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
 
 
@@ -39,11 +39,11 @@ class CollectingSender:
 class TercetOfflineEngine:
     def __init__(self, model_path, dtype: str, device: str, max_batch_size: int, max_tokens_per_request: int):
         from tercet.config import load_config
-        from tercet.port_args import PortArgs
-        from tercet.process_context import ProcessContext
+        from tercet.ipc.port_args import PortArgs
+        from tercet.processes.context import ProcessContext
         from tercet.scheduler.process import build_model_runner
         from tercet.scheduler.scheduler import Scheduler
-        from tercet.tokenizer import load_tokenizer
+        from tercet.tokenizer.loading import load_tokenizer
 
         defaults = load_config(environ={})
         page_size = defaults.cache.page_size

@@ -7,8 +7,8 @@ with no samples (no request completed; one output token, so no gaps) is null.
 
 from __future__ import annotations
 
-from tercet.bench.metrics import BenchSummary, LatencyStats
 from tercet.bench.serving import BenchConfig
+from tercet.bench.summary import BenchSummary, LatencyStats
 
 LATENCIES = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e_latency", "E2E latency"))
 ITL_BASIS_NOTE = {

@@ -57,9 +57,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_bench(arguments: argparse.Namespace) -> int:
-    from tercet.bench.metrics import summarize
     from tercet.bench.report import format_summary, summary_as_json
     from tercet.bench.serving import BenchConfig, run_serving_benchmark
+    from tercet.bench.summary import summarize
 
     config = BenchConfig(
         base_url=arguments.base_url,

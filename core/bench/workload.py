@@ -40,8 +40,8 @@ class BenchRequest:
 def load_tokenizer(path: str | Path | None):
     """The tokenizer of ``path`` (a checkpoint directory or a .gguf file); without one, the default model's."""
     from tercet.errors import ConfigError
-    from tercet.model.default_model import find_default_gguf
-    from tercet.tokenizer import load_tokenizer as load_served_tokenizer
+    from tercet.formats.default_model import find_default_gguf
+    from tercet.tokenizer.loading import load_tokenizer as load_served_tokenizer
 
     try:
         return load_served_tokenizer(str(find_default_gguf() if path is None else path))

@@ -13,11 +13,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tercet.embedding_batch import ENCODER_CANNOT_GENERATE
 from tercet.errors import RequestError
 from tercet.http import chat_page, control_api, embeddings_api, health, metrics_api, native_api, openai_api, openapi
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
+from tercet.model_abilities import ENCODER_CANNOT_GENERATE
 
 Endpoint = Callable[[Request, object], Awaitable[Response]]
 RouteSpec = tuple[str, Endpoint, Sequence[str] | None]

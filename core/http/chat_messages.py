@@ -3,7 +3,7 @@
 Every message becomes ``{"role", "content": str}``; an assistant turn that
 called tools keeps its ``tool_calls`` (``[{"id", "type": "function",
 "function": {"name", "arguments"}}]``, arguments as JSON text), and a
-``tool`` turn its ``tool_call_id``. :mod:`tercet.tool_prompt` decides how
+``tool`` turn its ``tool_call_id``. :mod:`tercet.tools.prompt` decides how
 those reach the template.
 """
 

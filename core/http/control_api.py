@@ -14,7 +14,9 @@ import time
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.control_messages import (
+from tercet.errors import RequestError
+from tercet.http.errors import read_json_object
+from tercet.ipc.control_messages import (
     AbortAllReq,
     ContinueGenerationReq,
     FlushCacheReq,
@@ -22,8 +24,6 @@ from tercet.control_messages import (
     PauseGenerationReq,
     UpdateWeightsFromDiskReq,
 )
-from tercet.errors import RequestError
-from tercet.http.errors import read_json_object
 from tercet.sampling_params import NumberRange, check_text
 
 FLUSH_RETRY_INTERVAL = 0.05

@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
+from tercet.frontend.io_struct import EmbeddingRequest
 from tercet.http.openai_params import parse_token_ids
 from tercet.http.openai_request import check_model
-from tercet.io_struct import EmbeddingRequest
 from tercet.sampling_params import check_text, shown
 
 ENCODING_FORMATS = ("float", "base64")

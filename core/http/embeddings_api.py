@@ -14,12 +14,12 @@ import struct
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.embedding_batch import NO_POOLING
 from tercet.errors import RequestError
+from tercet.frontend.io_struct import EmbeddingOutput
 from tercet.http.embedding_request import OpenAIEmbeddingRequest, parse_embedding_request
 from tercet.http.errors import read_json_object
 from tercet.http.sse import cancel_on_disconnect
-from tercet.io_struct import EmbeddingOutput
+from tercet.model_abilities import NO_POOLING
 
 
 async def create_embedding(request: Request, tokenizer_manager) -> Response:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tercet.errors import RequestError
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 
 ERROR_TYPES_BY_STATUS = {
     400: "invalid_request_error",

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request
 
+from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.http.errors import raise_if_refused
 from tercet.http.sse import cancel_on_disconnect
-from tercet.io_struct import GenerateOutput, GenerateRequest
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
 
 
 class GenerationStream:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
-from tercet.io_struct import EmbeddingRequest, GenerateRequest
+from tercet.frontend.io_struct import EmbeddingRequest, GenerateRequest
 from tercet.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import math
 import re
 import weakref
 
-from tercet.byte_level import BYTE_LEVEL_ALPHABET
 from tercet.http.text_offsets import TextOffsets
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
+from tercet.tokenizer.byte_level import BYTE_LEVEL_ALPHABET
 
 # JSON has no -Infinity; a token the model rules out entirely gets this instead.
 LOWEST_LOGPROB = -9999.0

@@ -1,4 +1,4 @@
-"""``GET /metrics``: the Prometheus text exposition of :mod:`tercet.serving_metrics`.
+"""``GET /metrics``: the Prometheus text exposition of :mod:`tercet.metrics.serving_metrics`.
 
 Each scrape asks every rank for its figures (running and waiting requests, KV
 usage, prefix-cache counts, queue times), as ``/get_server_info`` does, and
@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tercet.control_messages import GetInternalStateReq
+from tercet.ipc.control_messages import GetInternalStateReq
 
 
 async def metrics(request: Request, tokenizer_manager) -> Response:

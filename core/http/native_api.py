@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
+from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.errors import raise_if_refused, read_json_object
 from tercet.http.generation import (
     ChoiceAccumulator,
@@ -32,8 +33,7 @@ from tercet.http.native_request import NativeRequest, parse_generate_request
 from tercet.http.openai_params import renamed
 from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.http.sse import EventStreamResponse, event_stream
-from tercet.io_struct import GenerateOutput
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
 from tercet.sampling_params import CONSTRAINT_FIELDS
 
 NO_LOGPROBS = TokenLogprobs([], [], [])

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
+from tercet.frontend.io_struct import GenerateRequest
 from tercet.http.openai_params import (
     parse_flag,
     parse_logit_bias,
@@ -26,7 +27,6 @@ from tercet.http.openai_params import (
     renamed,
 )
 from tercet.http.structured_output import parse_native_json_schema
-from tercet.io_struct import GenerateRequest
 from tercet.sampling_params import MAX_TOKEN_COUNT, OPENAI_PARAM_NAMES, IntRange, SamplingParams, check_text, shown
 
 SAMPLING_PARAM_NAMES = tuple(field.name for field in dataclasses.fields(SamplingParams))

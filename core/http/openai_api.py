@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
+from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.errors import APIError, read_json_object
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
 from tercet.http.logprobs_format import TokenStrings, token_strings_for
@@ -19,7 +20,6 @@ from tercet.http.openai_response import chat_completion_response, completion_res
 from tercet.http.openai_stream import chat_completion_chunks, completion_chunks
 from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.http.sse import EventStreamResponse, event_stream
-from tercet.io_struct import GenerateOutput
 
 # /v1/models reports when this server came up as the model's "created" time.
 STARTED_AT = int(time.time())

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
+from tercet.frontend.io_struct import GenerateRequest
 from tercet.http.chat_messages import parse_messages
 from tercet.http.errors import APIError
 from tercet.http.openai_params import (
@@ -27,10 +28,9 @@ from tercet.http.openai_params import (
     renamed,
     sampling_params_from_body,
 )
-from tercet.http.tool_output import ToolCallReader
 from tercet.http.tool_request import parse_tool_request
-from tercet.io_struct import GenerateRequest
 from tercet.sampling_params import check_text, shown
+from tercet.tools.reader import ToolCallReader
 
 # OpenAI's default for /v1/completions; chat defaults to "as much as fits".
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -160,7 +160,7 @@ async def parse_chat_completion_request(
     """``tokenize_chat(messages, max_new_tokens, tools, generation_prefix)``
     templates and tokenizes the conversation (off the event loop, in the
     server), refusing one too long for ``max_new_tokens`` more tokens.
-    ``chat_tools`` (:class:`tercet.http.chat_tools.ChatTools`) serves requests
+    ``chat_tools`` (:class:`tercet.frontend.chat_tools.ChatTools`) serves requests
     that send tools; without it they are refused."""
     model = check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)

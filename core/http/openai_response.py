@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.logprobs_format import TokenStrings, chat_logprobs, completion_logprobs
 from tercet.http.openai_request import OpenAIRequest
 from tercet.http.tool_output import finish_reason_with_calls
-from tercet.io_struct import GenerateOutput
-from tercet.messages import FinishReason, TokenLogprobs
+from tercet.ipc.messages import FinishReason, TokenLogprobs
 
 NO_LOGPROBS = TokenLogprobs([], [], [])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.errors import raise_if_refused
 from tercet.http.generation import GenerationStream, PromptDetails, check_index
 from tercet.http.logprobs_format import TokenStrings, chat_logprobs, completion_logprobs
@@ -24,7 +25,6 @@ from tercet.http.openai_response import (
 )
 from tercet.http.text_offsets import TextOffsets
 from tercet.http.tool_output import ToolCallDeltas, finish_reason_with_calls
-from tercet.io_struct import GenerateOutput
 
 
 class ChoiceProgress:

@@ -11,7 +11,7 @@ import dataclasses
 from starlette.requests import Request
 
 from tercet.errors import RequestError
-from tercet.io_struct import GenerateRequest
+from tercet.frontend.io_struct import GenerateRequest
 from tercet.sampling_params import INT32_MAX, IntRange, check_text
 
 TENANT_HEADER = "x-tenant"

@@ -16,13 +16,12 @@ pointer to these.
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
 
 from tercet.errors import RequestError
 from tercet.http.structured_output import schema_text
 from tercet.sampling_params import check_text, shown
+from tercet.tools.request import ToolRequest
 
 TOOL_CHOICE_MODES = ("none", "auto", "required")
 # OpenAI's rule for function names.
@@ -30,54 +29,6 @@ FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 FUNCTION_NAME_PATTERN = f"^{FUNCTION_NAME.pattern}$"
 # Fields naming another constraint on the output; a forced call is one already.
 OTHER_CONSTRAINTS = ("response_format", "regex", "ebnf")
-ANY_OBJECT = {"type": "object"}
-
-
-@dataclass(frozen=True)
-class ToolRequest:
-    # The tools as OpenAI tool objects, for the prompt.
-    tools: tuple[dict, ...]
-    # "none", "auto" or "required"; "function" when ``function`` is forced.
-    choice: str
-    function: str | None = None
-    parallel_tool_calls: bool = True
-
-    @property
-    def is_forced(self) -> bool:
-        return self.choice in ("required", "function")
-
-    @property
-    def parses_calls(self) -> bool:
-        return self.choice != "none"
-
-    @property
-    def max_calls(self) -> int | None:
-        return None if self.parallel_tool_calls and not self.is_forced else 1
-
-    @property
-    def schema_field(self) -> str:
-        """The field a forced call's schema comes from: the named function's parameters, or all the tools."""
-        for index, tool in enumerate(self.tools):
-            if tool["function"]["name"] == self.function:
-                return f"tools[{index}].function.parameters"
-        return "tools"
-
-    def forced_call_schema(self) -> str:
-        """The JSON Schema of the one call a forced request answers with, as JSON text."""
-        options = [
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": tool["function"]["name"]},
-                    "arguments": tool["function"].get("parameters") or ANY_OBJECT,
-                },
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for tool in self.tools
-            if self.function is None or tool["function"]["name"] == self.function
-        ]
-        return json.dumps(options[0] if len(options) == 1 else {"anyOf": options}, ensure_ascii=False)
 
 
 def parse_tool_request(body: dict) -> ToolRequest | None:

@@ -49,7 +49,7 @@ class ModelArchitecture(ABC):
 
     @abstractmethod
     def load_weights(self, model, checkpoint, linear_methods):
-        """Fill ``model`` from ``checkpoint`` (:class:`tercet.model.checkpoint.Checkpoint`), each linear
+        """Fill ``model`` from ``checkpoint`` (:class:`tercet.formats.checkpoint.Checkpoint`), each linear
         layer made by the method ``linear_methods`` (:class:`tercet.model.weights.LinearMethodChoice`)
         names; return a :class:`tercet.model.weights.LoadReport`. Raise ConfigError for what is wrong."""
 
@@ -72,7 +72,7 @@ class EncoderArchitecture(ABC):
 
     @abstractmethod
     def load_weights(self, model, checkpoint):
-        """Fill ``model`` from ``checkpoint`` (:class:`tercet.model.checkpoint.Checkpoint`); return a
+        """Fill ``model`` from ``checkpoint`` (:class:`tercet.formats.checkpoint.Checkpoint`); return a
         :class:`tercet.model.weights.LoadReport`. Raise ConfigError for what is wrong."""
 
 

@@ -18,13 +18,13 @@ import torch
 
 from tercet.config import ModelConfig
 from tercet.errors import ConfigError
+from tercet.formats.checkpoint import open_checkpoint
+from tercet.formats.pooling_spec import resolve_pooling
 from tercet.model.architecture import EncoderArchitecture, choose_architecture
-from tercet.model.checkpoint import open_checkpoint
 from tercet.model.kv_cache import PageAllocator, ReqToTokenPool
 from tercet.model.model_runner import describe_weights, resolve_device, resolve_dtype, return_freed_memory
-from tercet.model.pool import pool_hidden_states
+from tercet.model.pooling import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, TensorParallel
-from tercet.pooling import resolve_pooling
 
 _MODEL = ModelConfig()
 # Quantization values that mean "dense", which is all the encoder runs.

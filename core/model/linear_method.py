@@ -7,7 +7,7 @@ quantized at load time, or dequantized) and how the layer's forward runs
 
 A checkpoint tensor reaches a method in one of two forms: a dense
 ``torch.Tensor`` (safetensors, or a GGUF F32/F16/BF16 tensor) or a
-:class:`tercet.model.gguf_blocks.BlockQuantized` (a GGUF Q4_0/Q4_1/Q8_0
+:class:`tercet.formats.gguf_blocks.BlockQuantized` (a GGUF Q4_0/Q4_1/Q8_0
 tensor, still in its blocks). Fused projections (q/k/v, gate/up) arrive
 already joined along the output dimension.
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from tercet.model.gguf_blocks import BlockQuantized
+    from tercet.formats.gguf_blocks import BlockQuantized
 
     CheckpointWeight = Union[torch.Tensor, BlockQuantized]
 

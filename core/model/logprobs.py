@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
 
 
 def pack_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_top: int) -> torch.Tensor:

@@ -18,18 +18,18 @@ import torch
 from tercet.byte_size import format_byte_size, parse_byte_size
 from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig, SchedulerConfig
 from tercet.errors import ConfigError
+from tercet.formats.checkpoint import Checkpoint, open_checkpoint
+from tercet.formats.pooling_spec import resolve_pooling
+from tercet.formats.weight_formats import BLOCK_FORMATS
 from tercet.model.architecture import ModelArchitecture, choose_architecture
 from tercet.model.attention import AttentionBackend, AttentionLayout
-from tercet.model.checkpoint import Checkpoint, open_checkpoint
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.linear_method import LinearMethod
-from tercet.model.pool import pool_hidden_states
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
+from tercet.model.pooling import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport
-from tercet.pooling import resolve_pooling
-from tercet.weight_formats import BLOCK_FORMATS
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 # The runner's defaults are the configuration's: the limits are written once, in core/config_sections.py.
@@ -229,7 +229,7 @@ def _runs_quantized(checkpoint: Checkpoint, choice: LinearMethodChoice) -> bool:
 
 def _registered_architectures() -> dict[str, Callable[[], ModelArchitecture]]:
     """The model architectures installed plugins register (for runners built outside a server)."""
-    from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+    from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
     registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).model_architectures
     return {name: registry.get(name) for name in registry.names()}
@@ -237,7 +237,7 @@ def _registered_architectures() -> dict[str, Callable[[], ModelArchitecture]]:
 
 def _registered_linear_methods() -> dict[str, Callable[[], LinearMethod]]:
     """The linear methods installed plugins register (for runners built outside a server)."""
-    from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+    from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
     registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).linear_methods
     return {name: registry.get(name) for name in registry.names()}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from tercet.errors import ConfigError
-from tercet.model.gguf_blocks import BLOCK_SIZE, BlockQuantized
+from tercet.formats.gguf_blocks import BLOCK_SIZE, BlockQuantized
 
 
 @dataclass(frozen=True)

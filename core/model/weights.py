@@ -1,6 +1,6 @@
 """Load a checkpoint into the lean model, each linear layer made by its linear method.
 
-Checkpoint tensors arrive one at a time (:class:`tercet.model.checkpoint.Checkpoint`).
+Checkpoint tensors arrive one at a time (:class:`tercet.formats.checkpoint.Checkpoint`).
 Norms and the embedding are copied into the model's parameters; every linear
 layer is handed to a linear method once all its parts have arrived (q/k/v
 join into the fused ``qkv_proj``, gate/up into ``gate_up_proj``), and the
@@ -17,11 +17,11 @@ import torch
 from torch import nn
 
 from tercet.errors import ConfigError
-from tercet.model.checkpoint import Checkpoint
-from tercet.model.gguf_blocks import BlockQuantized, quantize_blocks
+from tercet.formats.checkpoint import Checkpoint
+from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
 from tercet.model.linear_method import LinearMethod, LinearTarget
 from tercet.model.llama import LlamaForCausalLM
-from tercet.model.quantized_linear import BlockQuantizedEmbedding
+from tercet.model.quantized_embedding import BlockQuantizedEmbedding
 
 # checkpoint name fragment -> (fused parameter fragment, part)
 FUSED_PROJECTIONS = {

@@ -15,7 +15,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
-from tercet.control_messages import (
+from tercet.errors import TercetError
+from tercet.ipc.control_messages import (
     AbortAllReq,
     ContinueGenerationReq,
     ControlReply,
@@ -25,8 +26,7 @@ from tercet.control_messages import (
     PauseGenerationReq,
     UpdateWeightsFromDiskReq,
 )
-from tercet.errors import TercetError
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
 if TYPE_CHECKING:

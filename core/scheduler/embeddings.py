@@ -1,7 +1,7 @@
 """Embedding requests in the scheduler: checked on arrival, run in batches, one forward each.
 
 An embedding needs no decoding: its input runs once, whole, and its final
-hidden states are pooled (:mod:`tercet.model.pool`) here, in the scheduler
+hidden states are pooled (:mod:`tercet.model.pooling`) here, in the scheduler
 process, so only one vector per input crosses to the detokenizer (which
 passes it on to the TokenizerManager as it came). Each step takes the oldest
 waiting inputs, as many as fit ``[scheduler] chunked_prefill_size`` tokens of
@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tercet.embedding_batch import NO_POOLING
 from tercet.errors import RequestError
-from tercet.messages import BatchEmbeddingOutput, FinishReason, TokenizedEmbeddingReq
+from tercet.ipc.messages import BatchEmbeddingOutput, FinishReason, TokenizedEmbeddingReq
+from tercet.model_abilities import NO_POOLING
 
 if TYPE_CHECKING:
     from tercet.scheduler.kv_memory import RequestKVMemory

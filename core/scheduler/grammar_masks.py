@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tercet.containment import ContainedFailures, internal_failure_reason
+from tercet.containment import ContainedFailures
+from tercet.ipc.messages import FinishReason
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class GrammarMasks:
         rows = [row for row, req in enumerate(sampled) if req.grammar is not None]
         if not rows:
             return logits
-        from tercet.model.grammar_mask import mask_rows, new_bitmask
+        from tercet.model.token_bitmask import mask_rows, new_bitmask
 
         bitmask = new_bitmask(len(rows), logits.shape[1])
         live = [position for position, row in enumerate(rows) if self.fill(sampled[row], bitmask, position)]
@@ -44,11 +45,11 @@ class GrammarMasks:
             req.grammar.fill_bitmask(bitmask, position)
         except Exception:
             self.failures.record("grammar", f"the grammar backend failed on request {req.rid!r}", plugin=self.plugin_name)
-            self.queues.fail(req, internal_failure_reason("its output constraint"))
+            self.queues.fail(req, FinishReason.internal_failure("its output constraint"))
             return False
         if not bitmask[position].any():
             self.failures.record("grammar", f"the output constraint of request {req.rid!r} allows no token",
                                  plugin=self.plugin_name, with_traceback=False)
-            self.queues.fail(req, internal_failure_reason("its output constraint"))
+            self.queues.fail(req, FinishReason.internal_failure("its output constraint"))
             return False
         return True

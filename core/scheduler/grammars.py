@@ -15,7 +15,7 @@ import concurrent.futures
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from tercet.grammar import GrammarBackend, GrammarError, GrammarTokenizer
+from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarTokenizer
 from tercet.scheduler.req import Req
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ process; here it fails alone, with a 400.
 from __future__ import annotations
 
 from tercet.errors import RequestError
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 
 
 def check_generate_request(message: TokenizedGenerateReq, vocab_size: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
 from tercet.scheduler.grammar_masks import GrammarMasks
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice, sample_rows

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tercet.containment import ContainedFailures, internal_failure_reason
-from tercet.messages import BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
+from tercet.containment import ContainedFailures
+from tercet.ipc.messages import BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
-    from tercet.channels import MessageSender
+    from tercet.ipc.channels import MessageSender
     from tercet.scheduler.request_queues import RequestQueues
 
 COLUMNS = (
@@ -90,5 +90,5 @@ def send_outputs_contained(reqs: list[Req], sender: "MessageSender", failures: C
 
 def _fail(queues: "RequestQueues", req: Req) -> tuple:
     """End ``req`` now and give the row that tells its client (in this batch, not a later one)."""
-    queues.fail_in_this_output(req, internal_failure_reason("building its output"))
+    queues.fail_in_this_output(req, FinishReason.internal_failure("building its output"))
     return failure_row(req, req.finish_reason)

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from tercet.child_process import run_child
-from tercet.process_title import set_process_title
-
-
-def scheduler_name(rank: int, tp_rank: int, dp_size: int, tp_size: int) -> str:
-    """The process's name in logs and failures: ``scheduler``, ``scheduler-1``, ``scheduler-1-tp0``…"""
-    name = "scheduler" if dp_size == 1 else f"scheduler-{rank}"
-    return name if tp_size == 1 else f"{name}-tp{tp_rank}"
+from tercet.parallel.topology import scheduler_name
+from tercet.processes.child import run_child
+from tercet.processes.title import set_process_title
 
 
 def process_title(rank: int, tp_rank: int) -> str:
@@ -28,42 +23,11 @@ def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_wri
     )
 
 
-def join_tensor_parallel_group(config, port_args, rank: int, tp_rank: int):
-    """This process's place in its data-parallel rank's TP group (:data:`SINGLE` without one)."""
-    from datetime import timedelta
-
-    from tercet.config_description import describe_rank
-    from tercet.model.group_agreement import check_group_agrees
-    from tercet.model.tensor_parallel import SINGLE, TensorParallel
-    from tercet.rendezvous import join_group_through_store
-
-    tp_size = config.parallel.tp_size
-    if tp_size == 1:
-        return SINGLE
-    import torch.distributed as dist
-
-    backend = "nccl" if config.model.device.startswith("cuda") else "gloo"
-    # Peers wait in a broadcast while rank 0 is idle; it speaks every few seconds.
-    timeout = timedelta(seconds=config.server.startup_timeout + 600)
-    if port_args.tp_store is not None:
-        # The group may span nodes: its ranks meet at node 0's rendezvous store.
-        join_group_through_store(port_args.tp_store, f"tp-group-{rank}", tp_rank, tp_size, backend, timeout)
-    else:
-        # A file in the instance's private runtime directory: the ranks meet there, on this host.
-        dist.init_process_group(
-            backend, init_method=f"file://{port_args.runtime_dir}/tp-group-{rank}", rank=tp_rank, world_size=tp_size,
-            timeout=timeout,
-        )
-    tp = TensorParallel(tp_rank, tp_size)
-    check_group_agrees(describe_rank(config), tp)
-    return tp
-
-
 def build_model_runner(context, tp=None):
     """The model runner a scheduler uses, as the config describes it (``tp``: its tensor-parallel place):
     a :class:`ModelRunner` for a decoder, an :class:`EncoderRunner` for an encoder-only model."""
+    from tercet.formats.checkpoint import open_checkpoint
     from tercet.model.architecture import choose_architecture
-    from tercet.model.checkpoint import open_checkpoint
     from tercet.model.model_runner import ModelRunner
     from tercet.model.tensor_parallel import SINGLE
 
@@ -99,8 +63,9 @@ def build_model_runner(context, tp=None):
 
 def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.model_abilities import ModelAbilities
+    from tercet.parallel.tp_group import join_tensor_parallel_group
     from tercet.scheduler.scheduler import Scheduler
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     config = context.config
     model_runner = build_model_runner(context, join_tensor_parallel_group(config, port_args, rank, tp_rank))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from tercet.messages import FinishReason, TokenLogprobs
+from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.request_status import RequestStatus
 
@@ -53,7 +53,7 @@ class Req:
     unsent_logprobs: list[float] = field(default_factory=list)
     unsent_top_logprobs: list[list] = field(default_factory=list)
     prompt_logprobs: TokenLogprobs | None = None
-    # The completion's place in its output constraint (a tercet.grammar.GrammarMatcher), if it has one.
+    # The completion's place in its output constraint (a tercet.scheduler.grammar_backend.GrammarMatcher), if it has one.
     grammar: object | None = None
 
     @property

@@ -19,8 +19,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from tercet.latency_histogram import LatencyHistogram
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
+from tercet.metrics.latency_histogram import LatencyHistogram
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_status import RequestStatus
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tercet.containment import ContainedFailures, internal_failure_reason
+from tercet.containment import ContainedFailures
+from tercet.ipc.messages import FinishReason
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def sample_rows(reqs: list[Req], logits, stop_conditions: "StopConditions", fail
         except Exception:
             failures.record("sampling", f"sampling request {req.rid!r} failed")
             if not req.is_finished:  # its grammar may have ended it already this step
-                queues.fail(req, internal_failure_reason("sampling its next token"))
+                queues.fail(req, FinishReason.internal_failure("sampling its next token"))
             choices.append(None)
     return choices
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tercet.containment import ContainedFailures, internal_failure_reason
-from tercet.grammar import GrammarError
-from tercet.messages import FinishReason
+from tercet.containment import ContainedFailures
+from tercet.ipc.messages import FinishReason
+from tercet.scheduler.grammar_backend import GrammarError
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice
 from tercet.scheduler.stop_conditions import StopConditions
@@ -56,7 +56,7 @@ class SampledTokens:
             if reason is None:
                 reason = self.check_stop(req)
         except RequestStepFailed as failure:
-            self.queues.fail(req, internal_failure_reason(failure.what))
+            self.queues.fail(req, FinishReason.internal_failure(failure.what))
             return
         except RequestRefused as refusal:
             self.queues.fail(req, refusal.reason)

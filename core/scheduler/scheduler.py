@@ -22,13 +22,15 @@ from __future__ import annotations
 import logging
 import secrets
 
-from tercet.containment import ContainedFailures, internal_failure_reason
+from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
-from tercet.control_messages import ControlRequest
 from tercet.errors import RequestError
-from tercet.manager_io import ManagerIO
-from tercet.messages import AbortReq, FinishReason, TokenizedEmbeddingReq, TokenizedGenerateReq, choice_rid
-from tercet.process_context import ProcessContext
+from tercet.ipc.control_messages import ControlRequest
+from tercet.ipc.messages import AbortReq, FinishReason, TokenizedEmbeddingReq, TokenizedGenerateReq, choice_rid
+from tercet.metrics.stage_timer import stage_timer
+from tercet.processes.context import ProcessContext
+from tercet.processes.manager_io import ManagerIO
+from tercet.processes.watchdog import StepHeartbeat
 from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
@@ -44,8 +46,6 @@ from tercet.scheduler.req import Req
 from tercet.scheduler.request_queues import RequestQueues
 from tercet.scheduler.stop_conditions import StopConditions
 from tercet.scheduler.tensor_parallel_inbox import SilentSender, TensorParallelInbox
-from tercet.stage_timer import stage_timer
-from tercet.watchdog import StepHeartbeat
 
 logger = logging.getLogger(__name__)
 EDGE_FROM_TOKENIZER = "edge 1 (TokenizerManager -> scheduler)"
@@ -168,7 +168,7 @@ class Scheduler:
             self.io.dispatch_pending()
 
     def dispatch(self, message) -> None:
-        """Handle one message as the loop does (see the loop-error policy in tercet.manager_io)."""
+        """Handle one message as the loop does (see the loop-error policy in tercet.processes.manager_io)."""
         self.io.dispatch(message)
 
     @property
@@ -212,7 +212,7 @@ class Scheduler:
             return
         except Exception:
             self.failures.record("generate_request", f"setting up request {message.rid!r} failed")
-            self.refuse(message, internal_failure_reason("setting up the request"))
+            self.refuse(message, FinishReason.internal_failure("setting up the request"))
             return
         reason = self.why_it_can_never_run(group)
         if reason is not None:

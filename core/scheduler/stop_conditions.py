@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 from tercet.scheduler.req import Req
 
 # Extra tokens decoded before the newest one, beyond the longest stop string's

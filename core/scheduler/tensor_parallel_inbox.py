@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.model.tensor_parallel import TensorParallel
 
 IDLE_SYNC_MS = 5_000

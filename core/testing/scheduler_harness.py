@@ -18,7 +18,7 @@ import concurrent.futures
 from pathlib import Path
 from typing import Sequence
 
-from tercet.messages import BatchEmbeddingOutput
+from tercet.ipc.messages import BatchEmbeddingOutput
 
 
 def build_scheduler_harness(
@@ -34,14 +34,14 @@ def build_scheduler_harness(
     ``section.key=value`` strings, as for ``--set``."""
     import zmq
 
-    from tercet.channels import MessageReceiver, MessageSender
     from tercet.config import load_config, parse_set_options
-    from tercet.plugin_manager import create_plugin_manager
-    from tercet.port_args import PortArgs
-    from tercet.process_context import ProcessContext
+    from tercet.ipc.channels import MessageReceiver, MessageSender
+    from tercet.ipc.port_args import PortArgs
+    from tercet.plugin_host.manager import create_plugin_manager
+    from tercet.processes.context import ProcessContext
     from tercet.scheduler.process import build_model_runner
     from tercet.scheduler.scheduler import Scheduler
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     config = load_config(environ={}, overrides=parse_set_options([
         f"model.path={model_dir}", "model.dtype=float32",
@@ -97,7 +97,7 @@ class SchedulerHarness:
     def submit(self, rid: str, input_ids: Sequence[int], sampling_params=None, *, priority: int = 0,
                tenant: str | None = None) -> None:
         """A tokenized generate request (default: 8 greedy tokens, not stopping at EOS)."""
-        from tercet.messages import TokenizedGenerateReq
+        from tercet.ipc.messages import TokenizedGenerateReq
         from tercet.sampling_params import SamplingParams
 
         if sampling_params is None:
@@ -106,7 +106,7 @@ class SchedulerHarness:
 
     def embed(self, rid: str, input_ids: Sequence[int]) -> None:
         """A tokenized embedding request."""
-        from tercet.messages import TokenizedEmbeddingReq
+        from tercet.ipc.messages import TokenizedEmbeddingReq
 
         self.send(TokenizedEmbeddingReq(rid, list(input_ids)))
 

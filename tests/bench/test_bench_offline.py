@@ -74,7 +74,7 @@ def test_report_names_every_figure(result):
 
 
 def test_prompts_are_seeded_ordinary_ids_of_one_length(tiny_llama_dir):
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     prompts = synthetic_prompts(tiny_llama_dir, 3, 10, seed=7)
     assert prompts == synthetic_prompts(tiny_llama_dir, 3, 10, seed=7)

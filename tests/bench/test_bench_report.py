@@ -1,9 +1,9 @@
 import json
 
-from tercet.bench.metrics import summarize
 from tercet.bench.report import format_summary, summary_as_json
 from tercet.bench.serving import BenchConfig
 from tercet.bench.streaming_client import RequestOutcome
+from tercet.bench.summary import summarize
 
 CONFIG = BenchConfig(
     base_url="http://127.0.0.1:30000", num_prompts=2, input_len=10, output_len=3,

@@ -53,7 +53,7 @@ def test_ordinary_vocabulary_leaves_out_special_and_added_tokens(tokenizer):
 
 
 def test_default_tokenizer_is_the_default_models_from_its_gguf(default_model_dir):
-    from tercet.model.default_model import find_default_gguf
+    from tercet.formats.default_model import find_default_gguf
 
     default = load_tokenizer(None)
     assert default.name_or_path == str(find_default_gguf())

@@ -8,13 +8,12 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from contrib_install import contrib_installed
 
 from tercet.config import TercetConfig
-from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 from tercet.scheduler.policy import SchedulerView
 from tercet.testing import make_request_view
-
-from contrib_install import contrib_installed
 
 DISTRIBUTION = "tercet-fair-share"
 NO_VIEW = SchedulerView(running=[], prefix_cache=None)

@@ -13,10 +13,9 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-
-from tercet.plugin_manager import PluginRegistries, collect_pairs, create_plugin_manager, message_handlers
-
 from contrib_install import contrib_installed
+
+from tercet.plugin_host.manager import PluginRegistries, collect_pairs, create_plugin_manager, message_handlers
 
 DISTRIBUTION = "tercet-kv-stats"
 MODULE = "tercet_kv_stats"
@@ -118,8 +117,8 @@ def test_without_a_prefix_cache_or_any_request_the_figures_are_zero(kv_stats_ins
 
 @pytest.mark.parametrize("serializer_name", ["msgpack", "pickle"])
 def test_the_request_and_its_reply_cross_either_serializer(kv_stats_installed, serializer_name):
-    from tercet.control_messages import ControlReply
-    from tercet.messages import MessageRegistry
+    from tercet.ipc.control_messages import ControlReply
+    from tercet.ipc.messages import MessageRegistry
 
     plugin = installed_plugin()
     registries = PluginRegistries.from_plugin_manager(create_plugin_manager())
@@ -156,7 +155,7 @@ def route_client(tokenizer_manager):
 
 
 def test_the_route_lists_every_rank_and_sums_them(kv_stats_installed):
-    from tercet.control_messages import ControlReply
+    from tercet.ipc.control_messages import ControlReply
 
     plugin = installed_plugin()
     rank_figures = [
@@ -185,7 +184,7 @@ def test_the_route_lists_every_rank_and_sums_them(kv_stats_installed):
 
 
 def test_a_rank_that_fails_is_named(kv_stats_installed):
-    from tercet.control_messages import ControlReply
+    from tercet.ipc.control_messages import ControlReply
 
     plugin = installed_plugin()
     tokenizer_manager = FakeTokenizerManager([

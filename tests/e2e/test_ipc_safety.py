@@ -56,8 +56,8 @@ def prompt_tokens_admitted(server) -> int:
 def forged_request_bytes(rid: str) -> bytes:
     """A valid edge-1 message, as the default serializer would encode it."""
     from tercet.config import TercetConfig
-    from tercet.messages import TokenizedGenerateReq
-    from tercet.process_context import ProcessContext
+    from tercet.ipc.messages import TokenizedGenerateReq
+    from tercet.processes.context import ProcessContext
     from tercet.sampling_params import SamplingParams
 
     serializer = ProcessContext.create(TercetConfig()).create_serializer()
@@ -243,8 +243,8 @@ def test_tcp_endpoints_bind_loopback_by_default(start_server, tiny_llama_dir):
 def forged_messages() -> dict[str, list]:
     """Messages that decode cleanly on each edge but are wrong there: a type no
     handler takes, fields of the wrong types, values the scheduler cannot run."""
-    from tercet.control_messages import ControlReply
-    from tercet.messages import (
+    from tercet.ipc.control_messages import ControlReply
+    from tercet.ipc.messages import (
         AbortReq,
         BatchStrOutput,
         BatchTokenIDOutput,
@@ -300,7 +300,7 @@ def contained_counts(server) -> dict[str, dict]:
 
 def test_forged_messages_that_decode_are_dropped_or_refused_and_no_process_dies(start_server, tiny_llama_dir):
     from tercet.config import TercetConfig
-    from tercet.process_context import ProcessContext
+    from tercet.processes.context import ProcessContext
 
     server = start_server(tiny_llama_dir, TINY_SETTINGS)
     serializer = ProcessContext.create(TercetConfig()).create_serializer()

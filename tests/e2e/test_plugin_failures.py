@@ -18,7 +18,7 @@ import pytest
 from tercet.testing import TINY_SETTINGS, num_running, num_waiting, wait_for_ranks, write_plugin_folder
 
 PLUGIN_SOURCE = '''
-from tercet.hookspecs import hookimpl
+from tercet.plugin_host.hookspecs import hookimpl
 from tercet.plugins.incremental_detokenizer import IncrementalDetokenizer
 from tercet.scheduler.policy import SchedulingPolicy
 

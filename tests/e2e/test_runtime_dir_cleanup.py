@@ -58,7 +58,7 @@ def test_sigkill_of_the_main_process_removes_its_runtime_dir(tmp_path, monkeypat
 def test_the_next_start_sweeps_a_dead_servers_runtime_dir(tmp_path, monkeypatch, tiny_llama_dir):
     """What a server leaves when its watcher is killed with it (the OOM killer
     taking the process group, say): its sockets and owner file."""
-    from tercet.runtime_dir import OWNER_FILE, create_runtime_dir, write_owner
+    from tercet.ipc.runtime_dir import OWNER_FILE, create_runtime_dir, write_owner
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -9,14 +9,14 @@ import json
 import httpx
 
 from tercet.containment import ContainedFailures
-from tercet.control_messages import ControlReply
+from tercet.formats.pooling_spec import Pooling
+from tercet.frontend.chat_tools import ChatTools
+from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
 from tercet.http.app import create_app
-from tercet.http.chat_tools import ChatTools
-from tercet.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
-from tercet.messages import FinishReason, TokenLogprobs
+from tercet.ipc.control_messages import ControlReply
+from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.model_abilities import ModelAbilities
 from tercet.plugins.hermes_tool_parser import HermesToolCallParser
-from tercet.pooling import Pooling
 
 MODEL = "stand-in-model"
 HANG = object()

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from tercet.errors import RequestError
 from tercet.http.app import create_app
 from tercet.http.server import serve_http
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
 

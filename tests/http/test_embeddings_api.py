@@ -8,9 +8,8 @@ import struct
 import pytest
 from http_stand_in import MODEL, StandInTokenizerManager, post
 
-from tercet.embedding_batch import ENCODER_CANNOT_GENERATE, NO_POOLING
-from tercet.model_abilities import ModelAbilities
-from tercet.pooling import Pooling
+from tercet.formats.pooling_spec import Pooling
+from tercet.model_abilities import ENCODER_CANNOT_GENERATE, NO_POOLING, ModelAbilities
 
 pytestmark = pytest.mark.anyio
 VECTOR = [1.0, -2.0, 0.5, 0.0]

@@ -3,11 +3,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from http_stand_in import HANG, MODEL, ScriptedOutputs, StandInTokenizerManager, client_for, piece, post
+
 from tercet.errors import RequestError
 from tercet.http.app import create_app
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from tercet.http.logprobs_format import (
     token_strings_for,
 )
 from tercet.http.text_offsets import TextOffsets
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
 
 # A byte-level BPE vocabulary: "Ġ" is the space, "Ã©" the two bytes of "é",
 # and "ä¸" / "ĸ" split the three bytes of "世" across two tokens.
@@ -80,7 +80,7 @@ def test_token_strings_are_shared_per_tokenizer():
 
 
 def test_the_real_tokenizer(default_model_dir):
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     tokenizer = load_tokenizer(str(default_model_dir))
     strings = TokenStrings(tokenizer)

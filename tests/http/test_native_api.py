@@ -14,7 +14,7 @@ from http_stand_in import (
     with_logprobs,
 )
 
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
 

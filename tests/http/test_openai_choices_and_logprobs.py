@@ -3,7 +3,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from http_stand_in import (
     MODEL,
     PROMPT_LOGPROBS,
@@ -16,8 +15,9 @@ from http_stand_in import (
     sse_events,
     with_logprobs,
 )
+
 from tercet.http.app import create_app
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from http_stand_in import StandInTokenizerManager, piece, post, sse_events, with_logprobs
 
-from tercet.messages import FinishReason, TokenLogprobs
+from tercet.ipc.messages import FinishReason, TokenLogprobs
 
 pytestmark = pytest.mark.anyio
 LENGTH = FinishReason("length")

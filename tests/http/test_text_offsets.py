@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tercet.byte_level import byte_level_characters
 from tercet.http.logprobs_format import TokenStrings, completion_logprobs
 from tercet.http.text_offsets import TextOffsets
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
+from tercet.tokenizer.byte_level import byte_level_characters
 
 # "☕" is three byte-level tokens, " \xe2", "\x98" and "\x95", each decoded as "�".
 SPLIT_PROMPT = "Café ☕ naïve 🙂 done"
@@ -21,10 +21,10 @@ SPLIT_PROMPT = "Café ☕ naïve 🙂 done"
 
 @functools.cache
 def default_tokenizer():
-    import tercet.model.default_model
-    import tercet.tokenizer
+    import tercet.formats.default_model
+    import tercet.tokenizer.loading
 
-    return tercet.tokenizer.load_tokenizer(str(tercet.model.default_model.find_default_gguf()))
+    return tercet.tokenizer.loading.load_tokenizer(str(tercet.formats.default_model.find_default_gguf()))
 
 
 @functools.cache

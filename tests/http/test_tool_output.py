@@ -5,8 +5,8 @@ import json
 import pytest
 from http_stand_in import MODEL, STOP, StandInTokenizerManager, piece, post, sse_events
 
-from tercet.messages import FinishReason
-from tercet.tool_calls import ToolCallParse, ToolCallParser
+from tercet.ipc.messages import FinishReason
+from tercet.tools.tool_calls import ToolCallParse, ToolCallParser
 
 pytestmark = pytest.mark.anyio
 

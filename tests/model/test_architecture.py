@@ -6,9 +6,9 @@ import pytest
 
 from tercet.errors import ConfigError
 from tercet.model.architecture import architecture_name, choose_architecture
-from tercet.model.llama_architecture import LlamaArchitecture
 from tercet.model.model_runner import ModelRunner
-from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
+from tercet.plugins.llama_architecture import LlamaArchitecture
 from tercet.plugins.torch_native_attention import create_torch_native_backend
 from tercet.testing.paged_greedy import greedy_tokens
 

@@ -11,7 +11,7 @@ import torch
 from tercet.errors import ConfigError
 from tercet.model.encoder_runner import EncoderRunner
 from tercet.model.tensor_parallel import TensorParallel
-from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tercet.messages import TokenLogprobs
+from tercet.ipc.messages import TokenLogprobs
 from tercet.model.logprobs import prompt_logprobs, prompt_logprobs_of_chunk
 from tercet.model.sampler import SamplingBatch, sample
 from tercet.sampling_params import SamplingParams

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tercet.model.default_model import find_default_gguf
+from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
 from tercet.plugins.torch_native_attention import create_torch_native_backend
-from tercet.tokenizer import load_tokenizer
+from tercet.tokenizer.loading import load_tokenizer
 
 NUM_POSITIONS = 300
 MIN_TOP1_AGREEMENT = 0.90

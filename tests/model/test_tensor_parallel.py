@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tercet.errors import ConfigError
-from tercet.model.gguf_blocks import BlockQuantized, quantize_blocks
+from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
 from tercet.model.llama import LlamaShape
 from tercet.model.model_runner import ModelRunner
 from tercet.model.tensor_parallel import LlamaShards, TensorParallel
@@ -143,7 +143,7 @@ def test_tp2_greedy_equals_tp1_on_the_tiny_model(tiny_llama_dir):
 @pytest.mark.real_model
 def test_tp2_greedy_equals_tp1_on_the_default_model():
     # 9 attention heads over 2 ranks: the uneven split, float32 on the dense weights.
-    from tercet.model.dequantized_reference import ensure_dequantized_default_model
+    from tercet.formats.dequantized_reference import ensure_dequantized_default_model
 
     model_path = ensure_dequantized_default_model(progress=False)
     check_tp2_equals_tp1(model_path, dict(dtype="float32", max_total_tokens=512, page_size=4, quantization="none"))
@@ -153,8 +153,8 @@ def disagreeing_rank(rank, size, port, results):
     import torch.distributed as dist
 
     from tercet.config import TercetConfig
-    from tercet.config_description import describe_rank
-    from tercet.model.group_agreement import check_group_agrees
+    from tercet.parallel.description import describe_rank
+    from tercet.parallel.group_agreement import check_group_agrees
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     config = TercetConfig()

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tercet.hookspecs import hookimpl
-from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.hookspecs import hookimpl
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 from tercet.plugins import decode_stream_detokenizer, incremental_detokenizer
 from tercet.plugins.decode_stream_detokenizer import DecodeStreamDetokenizer
 from tercet.plugins.incremental_detokenizer import IncrementalDetokenizer
@@ -21,7 +21,7 @@ HYPOTHESIS = settings(max_examples=60, deadline=None, suppress_health_check=[Hea
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_dir):
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     return load_tokenizer(str(default_model_dir))
 

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tercet.plugins.hermes_tool_parser import HermesToolCallParser
-from tercet.tool_calls import ToolCall, ToolCallParse
+from tercet.tools.tool_calls import ToolCall, ToolCallParse
 
 PARSER = HermesToolCallParser()
 

@@ -13,7 +13,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer(default_model_dir):
-    from tercet.tokenizer import load_tokenizer
+    from tercet.tokenizer.loading import load_tokenizer
 
     return load_tokenizer(str(default_model_dir))
 
@@ -106,7 +106,7 @@ def test_random_sequences_in_random_chunks(tokenizer, token_ids, skip_special_to
 
 
 def test_registered_as_incremental():
-    from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+    from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
     from tercet.plugins import incremental_detokenizer
 
     plugin_manager = create_plugin_manager(load_entry_points=False, extra_plugins=[incremental_detokenizer])

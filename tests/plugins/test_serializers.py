@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import msgpack
 import pytest
 
-from tercet.messages import (
+from tercet.ipc.messages import (
     CORE_MESSAGE_TYPES,
     AbortReq,
     BatchStrOutput,

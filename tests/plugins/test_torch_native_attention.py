@@ -7,7 +7,7 @@ import torch
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
-from tercet.plugin_manager import collect, create_plugin_manager
+from tercet.plugin_host.manager import collect, create_plugin_manager
 from tercet.plugins import torch_native_attention
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE_SIZE = 4, 2, 8, 4

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from containment_helpers import greedy, run_to_the_end
 
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.scheduler.contained_policy import ContainedPolicy, arrival_order
 from tercet.scheduler.policy_views import RequestView
 from tercet.scheduler.req import Req

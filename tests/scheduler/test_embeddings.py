@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from tercet.control_messages import AbortAllReq, GetInternalStateReq
-from tercet.messages import AbortReq, TokenizedGenerateReq
+from tercet.ipc.control_messages import AbortAllReq, GetInternalStateReq
+from tercet.ipc.messages import AbortReq, TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
 
 MEAN = ["model.pooling=mean"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from tercet.messages import AbortReq, TokenizedGenerateReq
+from tercet.ipc.messages import AbortReq, TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
-from tercet.tokenizer import load_tokenizer
+from tercet.tokenizer.loading import load_tokenizer
 
 SCHEMA = json.dumps({
     "type": "object",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from containment_helpers import greedy, run_to_the_end
 
-from tercet.messages import FinishReason, TokenizedGenerateReq
+from tercet.ipc.messages import FinishReason, TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from containment_helpers import greedy, is_internal_failure, run_to_the_end
 
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 
 
 def test_a_failing_stop_check_ends_only_its_request(harness, monkeypatch):

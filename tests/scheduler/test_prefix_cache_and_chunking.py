@@ -2,7 +2,7 @@
 
 import pytest
 
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
 
 SYSTEM_PROMPT = list(range(100, 164))  # 64 shared tokens

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tercet.messages import FinishReason
+from tercet.ipc.messages import FinishReason
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_status import RequestStatus

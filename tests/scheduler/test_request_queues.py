@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tercet.messages import FinishReason, TokenLogprobs
+from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_queues import IllegalTransition, RequestQueues

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from containment_helpers import is_internal_failure, run_to_the_end
 
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.model.sampler import SamplingBatch
 from tercet.sampling_params import SamplingParams
 

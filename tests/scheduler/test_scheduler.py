@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tercet.messages import AbortReq, TokenizedGenerateReq
+from tercet.ipc.messages import AbortReq, TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
 
 

@@ -1,9 +1,10 @@
 import pytest
 
-from tercet.messages import TokenizedGenerateReq
+from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.model.tensor_parallel import TensorParallel
+from tercet.parallel.topology import scheduler_name
 from tercet.sampling_params import SamplingParams
-from tercet.scheduler.process import process_title, scheduler_name
+from tercet.scheduler.process import process_title
 from tercet.scheduler.tensor_parallel_inbox import TensorParallelInbox, _with_fixed_seed
 
 

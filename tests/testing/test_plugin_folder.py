@@ -4,7 +4,7 @@ from importlib import metadata
 
 import pytest
 
-from tercet.plugin_manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 from tercet.testing import write_plugin_folder
 from tercet.testing.plugin_folder import import_root
 

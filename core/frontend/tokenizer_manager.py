@@ -1,0 +1,383 @@
+"""The TokenizerManager: the API side of every request, in the main process.
+
+It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
+``ReqState`` per completion id until the caller has consumed the last output;
+an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
+waiting callers. Embeddings go the same way (:mod:`tercet.frontend.embedding_requests`).
+
+Tokenizing and chat templating run in worker threads: a long prompt takes
+seconds to tokenize, and on the event loop those seconds would stall every
+stream and health check. Hugging Face fast tokenizers release the GIL while
+encoding, so threads are enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import AsyncIterator, Callable, TypeVar
+
+from tercet.containment import ContainedFailures
+from tercet.context_length import context_length_problem
+from tercet.errors import RequestError
+from tercet.frontend.chat_tools import ChatTools
+from tercet.frontend.data_parallel_router import DataParallelRouter
+from tercet.frontend.embedding_requests import EmbeddingRequests
+from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
+from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
+from tercet.frontend.req_state import ReqState
+from tercet.ipc.communicator import Communicator
+from tercet.ipc.control_messages import ControlReply, ControlRequest
+from tercet.ipc.messages import (
+    BatchEmbeddingOutput,
+    BatchStrOutput,
+    ContainedFailureReport,
+    FinishReason,
+    TokenLogprobs,
+    choice_rid,
+)
+from tercet.metrics.serving_metrics import ServingMetrics
+from tercet.metrics.stage_timer import stage_timer
+from tercet.model_abilities import ENCODER_CANNOT_GENERATE, ModelAbilities
+from tercet.processes.context import ProcessContext
+from tercet.processes.manager_io import ManagerIO
+from tercet.tokenizer.loading import max_bytes_per_token
+
+logger = logging.getLogger(__name__)
+EDGE_TO_TOKENIZER = "edge 3 (detokenizer and schedulers -> TokenizerManager)"
+Result = TypeVar("Result")
+
+
+class TokenizerManager(EmbeddingRequests):
+    def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int,
+                 abilities: ModelAbilities | None = None):
+        self.context = context
+        # What the model can do (its scheduler said when it came up): generate, embed or both.
+        self.abilities = abilities or ModelAbilities()
+        self.tokenizer = tokenizer
+        self.served_model_name = served_model_name
+        self.context_len = context_len
+        self.vocab_size = len(tokenizer)
+        # None when the tokenizer allows no bound: prompts are then only measured by tokenizing.
+        self.max_bytes_per_token = max_bytes_per_token(tokenizer)
+        self.tokenize_pool = ThreadPoolExecutor(max_workers=_num_cpus(), thread_name_prefix="tercet-tokenize")
+        scheduler_config = context.config.scheduler
+        # Requests the server holds at once: a full batch plus the waiting queue.
+        self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
+        self.max_prompts_per_request = context.config.server.max_prompts_per_request
+        self.io = ManagerIO(context, "tokenizer", EDGE_TO_TOKENIZER)
+        self.router = DataParallelRouter(
+            [self.io.open_sender(endpoint) for endpoint in port_args.scheduler_inputs], scheduler_config.load_balance
+        )
+        self.communicators: dict[type, Communicator] = {}
+        # This process's contained failures, and those the detokenizer reports (it logs its own).
+        self.failures = ContainedFailures("server", logger)
+        # What /metrics publishes of the requests (observed here, as their outputs arrive).
+        self.metrics = ServingMetrics(served_model_name)
+        # Tool calls are found in chat answers here, in the API process.
+        self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
+        self.detokenizer_failures = ContainedFailures("detokenizer", logger)
+        self.receiver = self.io.open_async_receiver(port_args.tokenizer_input, self.failures)
+        self.rid_to_state: dict[str, ReqState] = {}
+        self.io.set_handlers([
+            (BatchStrOutput, self.handle_batch_str_output),
+            (BatchEmbeddingOutput, self.handle_batch_embedding_output),
+            (ControlReply, self.handle_control_reply),
+            (ContainedFailureReport, self.handle_contained_failure_report),
+            *self.io.plugin_handlers(lambda: self),
+        ])
+        self.unhealthy_reason: str | None = None
+        # Receiving (and decoding) happens while awaiting, so only dispatch is timed here.
+        self.timer = stage_timer("tokenizer", context.config.server.profile_interval, logger)
+        # Set on SIGTERM: new requests are refused while those in flight finish.
+        self.is_draining = False
+        self.handle_loop_task: asyncio.Task | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        self.handle_loop_task = asyncio.get_running_loop().create_task(self.handle_loop())
+
+    async def handle_loop(self) -> None:
+        await self.io.dispatch_forever(self.timer)
+
+    def close(self) -> None:
+        if self.handle_loop_task is not None:
+            self.handle_loop_task.cancel()
+        self.io.close()
+        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+
+    def is_healthy(self) -> bool:
+        return self.unhealthy_reason is None
+
+    @property
+    def num_requests_in_flight(self) -> int:
+        """Completions whose caller has not consumed their last output yet."""
+        return len(self.rid_to_state)
+
+    # -- requests -----------------------------------------------------------
+
+    async def run_off_loop(self, function: Callable[..., Result], *args) -> Result:
+        """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, function, *args)
+
+    async def tokenize_chat(
+        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+    ) -> list[int]:
+        """:meth:`apply_chat_template` off the event loop."""
+        return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens, tools, generation_prefix)
+
+    def apply_chat_template(
+        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+    ) -> list[int]:
+        """The conversation's prompt tokens (``tools`` for a template that renders
+        them, ``generation_prefix`` after the generation prompt). Blocks for as
+        long as tokenizing takes: from the event loop, await :meth:`tokenize_chat` instead."""
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        except Exception as error:  # template errors are the request's fault
+            raise RequestError(f"messages could not be formatted with the chat template: {error}", "messages") from None
+        text += generation_prefix
+        # Rendering is quick string work; measuring the rendered text (not the
+        # messages' contents, which a template may trim or leave out) keeps the
+        # bound sound before the slow part. The template writes the special
+        # tokens itself, as apply_chat_template(tokenize=True) does.
+        self.check_prompt_bytes(text, max_new_tokens, "messages")
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def tokenize(self, request: GenerateRequest) -> list[int]:
+        """The prompt tokens of a single-prompt request, refused if they leave no
+        room for its max_new_tokens. Blocks for as long as tokenizing takes;
+        :meth:`generate` runs it off the event loop."""
+        max_new_tokens = request.sampling_params.max_new_tokens
+        if request.input_ids is not None:
+            input_ids = list(request.input_ids)
+            self.check_length(len(input_ids), max_new_tokens)  # before looking at each of a million ids
+            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.vocab_size for t in input_ids):
+                raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})", "input_ids")
+        elif isinstance(request.text, str):
+            self.check_prompt_bytes(request.text, max_new_tokens, "prompt")
+            input_ids = self.tokenizer.encode(request.text)
+        else:
+            raise RequestError("a prompt is required: text or input_ids", "prompt")
+        if not input_ids:
+            raise RequestError("the prompt is empty", "prompt")
+        self.check_length(len(input_ids), max_new_tokens)
+        return input_ids
+
+    def check_prompt_bytes(self, text: str, max_new_tokens: int, param: str) -> None:
+        """Refuse text that cannot be tokenized, or that is too long by its size alone."""
+        try:
+            num_bytes = len(text.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            raise RequestError(f"the {param} is not valid Unicode text: {error.reason} at position {error.start}",
+                               param) from None
+        if self.max_bytes_per_token is None:
+            return
+        fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
+        if fewest_tokens + max_new_tokens > self.context_len:
+            raise RequestError(
+                f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
+                f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
+                param,
+            )
+
+    def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
+        problem = context_length_problem(num_prompt_tokens, max_new_tokens, self.context_len)
+        if problem is not None:
+            raise RequestError(problem, "max_tokens")
+
+    @property
+    def batch_limit(self) -> int:
+        """Most completions a batch may have: prompts × n."""
+        return batch_limit(self.max_prompts_per_request, self.max_requests_in_flight)
+
+    def check_capacity(self, num_choices: int) -> None:
+        if self.is_draining:
+            raise RequestError("the server is shutting down; send the request to another instance", status_code=503)
+        if len(self.rid_to_state) + num_choices > self.max_requests_in_flight:
+            raise RequestError(
+                f"the server already holds {len(self.rid_to_state)} requests "
+                "(scheduler.max_running_requests + scheduler.max_queued_requests); retry later",
+                status_code=503,
+            )
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
+        """Outputs of every completion of the request; see :class:`GenerateOutput`.
+        A batch's prompts all pass every check before any is sent (:mod:`tercet.frontend.prompt_batch`)."""
+        if not self.abilities.can_generate:
+            raise RequestError(ENCODER_CANNOT_GENERATE, "model")
+        sampling_params = request.sampling_params
+        sampling_params.validate(self.vocab_size)
+        check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)
+        self.check_capacity(request.num_completions)  # refuse before the work of tokenizing
+        input_ids = await self.run_off_loop(tokenize_prompts, request, self.tokenize)
+        # Other requests came in while this one was tokenized. From here to the
+        # send nothing awaits, so these checks still hold when it is registered.
+        self.check_capacity(request.num_completions)
+        n = sampling_params.n
+        rid = request.rid or uuid.uuid4().hex
+        rids = prompt_rids(rid, request)
+        choices = [choice_rid(prompt_rid, index, n) for prompt_rid in rids for index in range(n)]
+        if any(choice in self.rid_to_state for choice in choices):
+            raise RequestError(f"request id {rid!r} is already in use", "rid")
+        messages = prompt_messages(request, rids, input_ids)
+        event = asyncio.Event()
+        states = {choice: ReqState(index, event) for index, choice in enumerate(choices)}
+        sent: set[str] = set()  # the completions whose prompt reached a scheduler
+        # Registered inside the try that unregisters: a request whose message
+        # cannot be encoded, or that fails in any way, must not keep its place
+        # of max_requests_in_flight for good.
+        try:
+            self.rid_to_state.update(states)
+            for position, message in enumerate(messages):
+                its_choices = choices[position * n:(position + 1) * n]
+                rank = self.router.send(message, its_choices)
+                sent.update(its_choices)
+                for choice in its_choices:
+                    self.metrics.started(choice, rank)
+            async for output in self._wait_for_outputs(states, event, request.stream):
+                if output.prompt_logprobs is not None:
+                    output = dataclasses.replace(output, prompt_token_ids=input_ids[output.index // n])
+                yield output
+        finally:
+            for choice, state in states.items():
+                if choice in sent and not state.finished:
+                    # The caller stopped early (client gone, say): free the scheduler's work.
+                    self.abort(choice)
+                self.rid_to_state.pop(choice, None)
+                self.router.forget(choice)
+
+    async def _wait_for_outputs(self, states: dict[str, ReqState], event: asyncio.Event, stream: bool):
+        collected: dict[str, list[GenerateOutput]] = {choice: [] for choice in states}
+        while True:
+            await event.wait()
+            event.clear()
+            # Index 0 first, so the piece carrying the prompt's log-probabilities leads.
+            for choice, state in states.items():
+                pieces, state.out_list = state.out_list, []
+                if not stream:
+                    collected[choice].extend(pieces)
+                elif pieces:
+                    yield merge_outputs(pieces)
+            # Outputs that came in while this generator was suspended at a
+            # yield are still in out_list (with the event set): go round again.
+            if all(state.finished and not state.out_list for state in states.values()):
+                break
+        if not stream:
+            for pieces in collected.values():
+                yield merge_outputs(pieces)
+
+    def abort(self, rid: str) -> bool:
+        """Abort one completion by id; False if no such request is in flight here."""
+        return self.router.abort(rid)
+
+    # -- data parallelism and the control plane ------------------------------
+
+    @property
+    def senders_to_schedulers(self) -> list:
+        """One sender per rank, in rank order (plugins' handlers may send with them)."""
+        return self.router.senders_to_schedulers
+
+    @property
+    def rank_of_rid(self) -> dict[str, int]:
+        """The rank serving each completion in flight (read it; the router keeps it)."""
+        return self.router.rank_of_rid
+
+    def num_requests_per_rank(self) -> list[int]:
+        return self.router.num_requests_per_rank()
+
+    async def control(self, request_type: type[ControlRequest], timeout: float = 30.0, mode: str = "serial",
+                      **fields) -> list[ControlReply]:
+        """Send one control request to every rank; their replies, sorted by rank."""
+        communicator = self.communicators.get(request_type)
+        if communicator is None:
+            communicator = Communicator(request_type, self.router.send_to_all_ranks, self.router.num_ranks, mode)
+            self.communicators[request_type] = communicator
+        return await communicator.call(timeout, **fields)
+
+    def handle_control_reply(self, reply: ControlReply) -> None:
+        for communicator in self.communicators.values():
+            communicator.handle_reply(reply)
+
+    def fail_requests_in_flight(self, message: str) -> None:
+        """End every request held here with a 503 abort carrying ``message``:
+        with a child dead, or the server stopping, their outputs would never
+        come. Runs on the event loop."""
+        finish = FinishReason("abort", message=message, status_code=503)
+        for rid, state in list(self.rid_to_state.items()):
+            if not state.finished:
+                state.out_list.append(GenerateOutput(rid, "", [], finish, 0, 0, index=state.index))
+                state.finished = True
+                state.event.set()
+
+    def handle_contained_failure_report(self, report: ContainedFailureReport) -> None:
+        if report.component == "detokenizer":
+            self.detokenizer_failures.count(report.kind, report.plugin)
+        else:  # no other child reports this way: a confused sender
+            self.failures.count("unhandled_message")
+            logger.error("dropped a failure report from an unknown component %r", report.component)
+
+    def contained_failures(self) -> dict:
+        """This process's and the detokenizer's counts, for /get_server_info (each rank reports its own)."""
+        return {"server": self.failures.as_dict(), "detokenizer": self.detokenizer_failures.as_dict()}
+
+    def observe_for_metrics(self, rid: str, batch: BatchStrOutput, position: int) -> None:
+        # Counted even when the caller has gone (its abort is a finish reason too). A
+        # failure here must not cost the batch its outputs: it is counted and dropped.
+        try:
+            self.metrics.output(rid, len(batch.new_token_ids[position]), batch.prompt_tokens[position],
+                                batch.finished_reasons[position])
+        except Exception:
+            self.failures.record("metrics", f"observing an output of request {rid!r} for /metrics failed")
+
+    def handle_batch_str_output(self, batch: BatchStrOutput) -> None:
+        for position, rid in enumerate(batch.rids):
+            finish_reason = batch.finished_reasons[position]
+            self.observe_for_metrics(rid, batch, position)
+            state = self.rid_to_state.get(rid)
+            if state is None:  # already consumed or aborted by its caller
+                continue
+            state.out_list.append(
+                GenerateOutput(
+                    rid=rid,
+                    text=batch.text_deltas[position],
+                    token_ids=list(batch.new_token_ids[position]),
+                    finish_reason=finish_reason,
+                    prompt_tokens=batch.prompt_tokens[position],
+                    completion_tokens=batch.completion_tokens[position],
+                    index=state.index,
+                    output_logprobs=batch.output_logprobs[position],
+                    prompt_logprobs=batch.prompt_logprobs[position],
+                    cached_tokens=batch.cached_tokens[position],
+                )
+            )
+            if finish_reason is not None:
+                state.finished = True
+            state.event.set()
+
+
+def merge_outputs(pieces: list[GenerateOutput]) -> GenerateOutput:
+    """Join consecutive deltas of one completion (the latest counts and finish reason win)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    last = pieces[-1]
+    return dataclasses.replace(
+        last,
+        text="".join(piece.text for piece in pieces),
+        token_ids=[token for piece in pieces for token in piece.token_ids],
+        output_logprobs=TokenLogprobs.concat([piece.output_logprobs for piece in pieces]),
+        prompt_logprobs=next((p.prompt_logprobs for p in pieces if p.prompt_logprobs is not None), None),
+    )
+
+
+def _num_cpus() -> int:
+    # The cores this process may run on, not the machine's (a container or taskset may allow fewer).
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

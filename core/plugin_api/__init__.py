@@ -1,0 +1,81 @@
+"""What a plugin may use: tercet's public plugin API, versioned.
+
+Import from here, not from the modules behind it: names here keep working
+within a major version of :data:`API_VERSION`, names elsewhere may move. The
+promise (see docs/plugins.md, "Compatibility"):
+
+- a minor version (1.0 -> 1.1) only adds: new hooks, new names here, new
+  optional arguments and fields with defaults;
+- a major version (1.x -> 2.0) may remove or change any of them.
+
+A plugin says which versions it works with by a module-level
+``TERCET_API_VERSIONS`` string, a version specifier such as ``">=1.0,<2"``;
+a plugin whose range leaves out the running version is refused at start-up
+with an error naming both. A plugin that declares nothing is assumed to fit.
+
+Nothing here imports torch or another heavy library: plugins are imported in
+every process. The model-side building blocks a linear method, an attention
+backend or an architecture needs at run time (quantized blocks, forward
+batches, the KV cache, checkpoints, the Llama decoder) are in
+:mod:`tercet.plugin_api.model`, which imports torch: import it inside the
+functions that build layers or models, never at a plugin module's top.
+"""
+
+from __future__ import annotations
+
+from tercet.containment import ContainedFailures
+from tercet.errors import ConfigError, RequestError, TercetError
+from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
+from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES, ControlReply, ControlRequest
+from tercet.ipc.messages import CORE_MESSAGE_TYPES, FinishReason, MessageRegistry, TokenLogprobs, UnknownMessageError
+from tercet.model.architecture import EncoderArchitecture, ModelArchitecture
+from tercet.model.attention import AttentionBackend, AttentionLayout
+from tercet.model.linear_method import LinearMethod, LinearTarget
+from tercet.plugin_host.compatibility import API_VERSION
+from tercet.plugin_host.hookspecs import hookimpl
+from tercet.sampling_params import SamplingParams
+from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
+from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
+from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
+from tercet.scheduler.stats import SchedulerStats
+from tercet.tools.tool_calls import ToolCall, ToolCallParse, ToolCallParser, read_call_object
+
+__all__ = [
+    "API_VERSION",
+    "AttentionBackend",
+    "AttentionLayout",
+    "CONTROL_MESSAGE_TYPES",
+    "CORE_MESSAGE_TYPES",
+    "CachedPrefix",
+    "ConfigError",
+    "ContainedFailures",
+    "ControlReply",
+    "ControlRequest",
+    "EncoderArchitecture",
+    "FinishReason",
+    "GenerateOutput",
+    "GenerateRequest",
+    "GrammarBackend",
+    "GrammarError",
+    "GrammarMatcher",
+    "GrammarTokenizer",
+    "LinearMethod",
+    "LinearTarget",
+    "MessageRegistry",
+    "ModelArchitecture",
+    "PrefixCacheView",
+    "RequestError",
+    "RequestView",
+    "SamplingParams",
+    "SchedulerStats",
+    "SchedulerView",
+    "SchedulingPolicy",
+    "TercetError",
+    "TokenLogprobs",
+    "ToolCall",
+    "ToolCallParse",
+    "ToolCallParser",
+    "UnknownMessageError",
+    "hookimpl",
+    "read_call_object",
+]

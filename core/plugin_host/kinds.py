@@ -1,0 +1,197 @@
+"""The table of component kinds: every kind of replaceable part, one entry each.
+
+An entry names the register hook (its hookspec is made from the entry, with
+the entry's text as its documentation), the kind as users see it, the
+attribute of :class:`tercet.plugin_host.manager.PluginRegistries` that holds the
+registrations, the config key that chooses one (``None`` where every
+registration is used, as for message types) and what a registered factory
+is called with and must return. Adding a kind is adding an entry here, plus
+the config key's field where the entry names one; the hookspec, the registry,
+the check of the configured name at start-up and ``tercet plugins`` follow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ComponentKind:
+    hook: str
+    kind: str
+    registry: str
+    # (section, key) of the config value naming the implementation to use.
+    config_key: tuple[str, str] | None
+    # The hook's documentation: what register() takes and what the factory must return.
+    doc: str
+    # Values of the config key that name no registration (``"auto"``): the
+    # component resolves them itself; ``registries.chosen`` answers None.
+    extra_choices: tuple[str, ...] = ()
+
+
+COMPONENT_KINDS: tuple[ComponentKind, ...] = (
+    ComponentKind(
+        hook="register_serializers",
+        kind="serializer",
+        registry="serializers",
+        config_key=("ipc", "serializer"),
+        doc="""Register message serializers, chosen by ``[ipc] serializer``.
+
+    ``register(name, factory)`` where ``factory(message_registry)`` returns an
+    object with ``encode(message) -> bytes`` and ``decode(bytes) -> message``.
+    A serializer must only ever produce instances of types in the registry:
+    an unknown tag is an error, never an arbitrary object.
+    """,
+    ),
+    ComponentKind(
+        hook="register_transports",
+        kind="transport",
+        registry="transports",
+        config_key=("ipc", "transport"),
+        doc="""Register IPC transports, chosen by ``[ipc] transport``.
+
+    ``register(name, factory)`` where ``factory(ipc_config)`` returns an object
+    with ``endpoint(name: str, runtime_dir: str) -> str``: the ZeroMQ address
+    for the named edge (for example ``ipc://…`` or ``tcp://host:port``).
+    Endpoints are named once, in :class:`tercet.ipc.port_args.PortArgs`, before
+    any process starts.
+    """,
+    ),
+    ComponentKind(
+        hook="register_scheduling_policies",
+        kind="scheduling policy",
+        registry="scheduling_policies",
+        config_key=("scheduler", "policy"),
+        doc="""Register scheduling policies, chosen by ``[scheduler] policy``.
+
+    ``register(name, factory)`` where ``factory(config)`` takes the resolved
+    :class:`tercet.config.TercetConfig` (a policy reads its own options from
+    ``config.plugins[<name>]``) and returns a
+    :class:`tercet.scheduler.policy.SchedulingPolicy`: ``order(waiting, view)``
+    gives the waiting requests in the order to try admitting them (the
+    scheduler admits in that order while KV memory, the batch cap and the
+    step's prefill budget allow), and ``choose_preemption_victim(candidate,
+    running)`` may name a running request to send back to the queue. A policy
+    that raises, or answers something else, is bypassed for that step (arrival
+    order, no preemption), and the failure is counted against its plugin.
+    """,
+    ),
+    ComponentKind(
+        hook="register_detokenizers",
+        kind="detokenizer",
+        registry="detokenizers",
+        config_key=("detokenizer", "strategy"),
+        doc="""Register detokenization strategies, chosen by ``[detokenizer] strategy``.
+
+    ``register(name, factory)`` where ``factory(tokenizer)`` returns an object
+    with ``start(rid, skip_special_tokens)``, ``append(rid, token_ids) -> str``
+    (the new, complete text since the previous call) and ``finish(rid) -> str``
+    (any text held back, flushed; the strategy then drops the request's state).
+    ``finish`` is called for every request that was started, aborted ones
+    included. A call that raises ends that request alone, with an internal error.
+    """,
+    ),
+    ComponentKind(
+        hook="register_attention_backends",
+        kind="attention backend",
+        registry="attention_backends",
+        config_key=("attention", "backend"),
+        doc="""Register attention backends, chosen by ``[attention] backend``.
+
+    ``register(name, factory)`` where ``factory(layout)`` takes a
+    :class:`tercet.model.attention.AttentionLayout` and returns a
+    :class:`tercet.model.attention.AttentionBackend`: attention of a whole
+    batch over the paged KV cache, one call per layer per step.
+    """,
+    ),
+    ComponentKind(
+        hook="register_linear_methods",
+        kind="linear method",
+        registry="linear_methods",
+        config_key=("model", "quantization"),
+        extra_choices=("auto", "none"),
+        doc="""Register linear methods, chosen by ``[model] quantization``.
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.model.linear_method.LinearMethod`: how a checkpoint's tensor
+    becomes a linear layer's weights, and how that layer's forward runs.
+    ``quantization = "auto"`` serves each tensor in the format it was shipped
+    in (a GGUF's Q4_1 tensors with ``q4_1``, dense tensors with ``dense``);
+    ``"none"`` is ``dense`` for every layer; any other value names the method
+    used for every linear layer.
+    """,
+    ),
+    ComponentKind(
+        hook="register_grammar_backends",
+        kind="grammar backend",
+        registry="grammar_backends",
+        config_key=("grammar", "backend"),
+        doc="""Register grammar backends (constrained decoding), chosen by ``[grammar] backend``.
+
+    ``register(name, factory)`` where ``factory(tokenizer)`` takes a
+    :class:`tercet.scheduler.grammar_backend.GrammarTokenizer` and returns a
+    :class:`tercet.scheduler.grammar_backend.GrammarBackend`: ``compile(kind, text)`` (called in
+    a worker thread, never on the scheduler's loop; raise
+    :class:`tercet.scheduler.grammar_backend.GrammarError` for a constraint it cannot compile,
+    which fails that request alone with a 400) and ``matcher(compiled)``, a
+    :class:`tercet.scheduler.grammar_backend.GrammarMatcher` per completion that fills the
+    step's token bitmask and advances on each sampled token.
+    """,
+    ),
+    ComponentKind(
+        hook="register_tool_call_parsers",
+        kind="tool-call parser",
+        registry="tool_call_parsers",
+        config_key=("tools", "parser"),
+        doc="""Register tool-call parsers, chosen by ``[tools] parser``.
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.tools.tool_calls.ToolCallParser`: one tool-call format. It finds
+    the calls in a chat completion's text (incrementally, so they stream), and
+    writes tools, past calls and tool results as text for a model whose chat
+    template cannot render them. It runs in the API server's process; a call
+    that raises ends that request alone with a 500, counted against its plugin.
+    """,
+    ),
+    ComponentKind(
+        hook="register_model_architectures",
+        kind="model architecture",
+        registry="model_architectures",
+        # Chosen by the checkpoint, not the config: its config.json's "architectures".
+        config_key=None,
+        doc="""Register model architectures, by the name a checkpoint's ``config.json`` gives
+    in ``architectures`` (``"LlamaForCausalLM"``; a GGUF's family maps the same way).
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.model.architecture.ModelArchitecture`: ``shape(config)``
+    (the sizes that size the KV pool and split the model), ``create(config,
+    dtype, device, max_positions, tp)`` (the model, running over the paged
+    KV cache as the built-in Llama does) and ``load_weights(model,
+    checkpoint, linear_methods)``; a decoder whose model also gives
+    ``final_hidden_states(batch)`` can serve embeddings (``[model] pooling``).
+    An encoder-only model (the built-in BERT) is a
+    :class:`tercet.model.architecture.EncoderArchitecture` instead:
+    ``create(config, dtype, device)`` and ``load_weights(model, checkpoint)``,
+    its model giving the final hidden states of whole sequences; it embeds and
+    cannot generate. Called in the scheduler process, when it loads the model;
+    a checkpoint whose architecture no plugin registers is a start-up error
+    listing the registered ones.
+    """,
+    ),
+    ComponentKind(
+        hook="register_message_types",
+        kind="message type",
+        registry="message_types",
+        config_key=None,
+        doc="""Register IPC message types under stable tags.
+
+    ``register(tag, cls)`` where ``cls`` is a dataclass. Tags are part of the
+    wire format: never reuse or change one. Only registered types cross a
+    process boundary, and each received message is checked against its
+    class's field annotations before any handler sees it.
+    """,
+    ),
+)
+
+KINDS_BY_HOOK = {kind.hook: kind for kind in COMPONENT_KINDS}
+KINDS_BY_REGISTRY = {kind.registry: kind for kind in COMPONENT_KINDS}

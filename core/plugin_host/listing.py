@@ -1,0 +1,61 @@
+"""What ``tercet plugins`` shows: every plugin, where it comes from, what it provides."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pluggy
+
+from tercet.plugin_host.kinds import COMPONENT_KINDS
+from tercet.plugin_host.manager import ENTRY_POINT_GROUP, collect
+
+
+def describe_plugins(plugin_manager: pluggy.PluginManager) -> list[dict]:
+    registered: dict[str, list[dict]] = {}
+    for kind in COMPONENT_KINDS:
+        for registration in collect(plugin_manager, kind.hook).entries.values():
+            registered.setdefault(registration.plugin_name, []).append({"kind": kind.kind, "name": registration.name})
+    entry_points = {entry_point.name: entry_point for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+    described = []
+    for name, plugin in sorted(plugin_manager.list_name_plugin(), key=lambda pair: pair[0]):
+        # Only a plugin loaded from an entry point comes from a distribution (not an inline one).
+        entry_point = entry_points.get(name)
+        dist = getattr(entry_point, "dist", None)
+        if plugin is None:  # disabled (blocked): never imported, so only its entry point is known
+            described.append({
+                "name": name,
+                "module": entry_point.value if entry_point else None,
+                "distribution": dist.metadata["name"] if dist else None,
+                "version": dist.version if dist else None,
+                "disabled": True,
+                "hooks": [],
+                "registers": [],
+            })
+            continue
+        described.append(
+            {
+                "name": name,
+                "module": getattr(plugin, "__name__", type(plugin).__name__),
+                "distribution": dist.metadata["name"] if dist else None,
+                "version": dist.version if dist else None,
+                "disabled": False,
+                "hooks": sorted(caller.name for caller in plugin_manager.get_hookcallers(plugin) or []),
+                "registers": registered.get(name, []),
+            }
+        )
+    return described
+
+
+def format_plugins(described: list[dict]) -> str:
+    lines = []
+    for plugin in described:
+        origin = f"{plugin['distribution']} {plugin['version']}" if plugin["distribution"] else "not from a distribution"
+        lines.append(f"{plugin['name']}  ({origin}; module {plugin['module']})")
+        if plugin["disabled"]:
+            lines.append("  disabled (plugins.disable): not loaded")
+            continue
+        lines.append(f"  hooks: {', '.join(plugin['hooks']) or 'none'}")
+        for item in plugin["registers"]:
+            lines.append(f"  registers {item['kind']}: {item['name']}")
+    return "\n".join(lines)

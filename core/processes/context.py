@@ -1,0 +1,63 @@
+"""What every tercet process builds first: plugins, registries and the serializer.
+
+Children are spawned, not forked, so each one calls :meth:`ProcessContext.create`
+with the resolved config and gets the same plugins from the entry points.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+
+import pluggy
+
+from tercet.config import TercetConfig, check_plugin_choices
+from tercet.ipc.messages import MessageRegistry
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
+
+
+@dataclass(frozen=True)
+class ProcessContext:
+    config: TercetConfig
+    plugin_manager: pluggy.PluginManager
+    registries: PluginRegistries
+    message_registry: MessageRegistry
+
+    @classmethod
+    def create(cls, config: TercetConfig, plugin_manager: pluggy.PluginManager | None = None) -> "ProcessContext":
+        plugin_manager = plugin_manager or create_plugin_manager(disabled=config.disabled_plugins)
+        registries = PluginRegistries.from_plugin_manager(plugin_manager)
+        check_plugin_choices(config, registries)
+        return cls(config, plugin_manager, registries, MessageRegistry.from_plugin_registries(registries))
+
+    def chosen(self, registry: str):
+        """The factory the config chooses for a component kind (``"scheduling_policies"``, say)."""
+        return self.registries.chosen(registry, self.config)
+
+    def create_serializer(self):
+        return self.chosen("serializers")(self.message_registry)
+
+    def create_transport(self):
+        return self.chosen("transports")(self.config.ipc)
+
+
+def configure_logging(component: str, level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format=f"%(asctime)s [tercet {component}] %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child when its parent dies, so no child is ever orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    PR_SET_PDEATHSIG = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

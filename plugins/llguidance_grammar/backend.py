@@ -1,0 +1,112 @@
+"""The built-in grammar backend, on llguidance (JSON Schema, regex and Lark/GBNF grammars).
+
+llguidance builds its token trie from the served tokenizer once; a grammar
+is checked when compiled and turned into a matcher per completion, whose
+mask computation walks that trie (tens of microseconds a token for JSON).
+Its own notion of EOS comes from the tokenizer file, which for chat models
+is often not the token that ends a turn, so the model's EOS ids are allowed
+here whenever the grammar may end.
+"""
+
+from __future__ import annotations
+
+import json
+
+import llguidance
+
+from tercet.plugin_api import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
+
+
+class LlguidanceMatcher(GrammarMatcher):
+    def __init__(self, matcher, eos_token_ids: frozenset[int]):
+        self.matcher = matcher
+        self.eos_token_ids = eos_token_ids
+
+    def fill_bitmask(self, bitmask, row: int) -> None:
+        # Straight into the row's memory (llguidance's own torch helper does the
+        # same, but importing it scripts a kernel with torch.jit on every start).
+        words = bitmask[row]
+        self.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
+        if self.matcher.is_accepting():
+            for token_id in self.eos_token_ids:
+                bitmask[row, token_id // 32] |= _bit(token_id % 32)
+
+    def accept(self, token_id: int) -> bool:
+        if token_id in self.eos_token_ids and self.matcher.is_accepting():
+            return True
+        if self.matcher.consume_token(token_id):
+            return True
+        # The token was one the mask allowed, so the matcher contradicts itself. The
+        # known cause is a constraint needing bytes no token of the vocabulary holds
+        # (SmolLM2's has no token for the byte 0xF1, which starts U+40000…U+7FFFF):
+        # llguidance then lets through the next byte instead. That is the request's
+        # constraint, not a fault of the server: a 400.
+        raise GrammarError(
+            "the constraint cannot be met with this model's vocabulary, which lacks the bytes it needs next "
+            f"(llguidance: {(self.matcher.get_error() or 'token rejected').splitlines()[0]})"
+        )
+
+    def is_complete(self) -> bool:
+        return self.matcher.is_stopped()
+
+
+# JSON with one space after ":" and ",", and none elsewhere, unless the schema
+# says otherwise: with free whitespace a model can pad the output for as long
+# as it likes (random weights do), and the output is the same JSON either way.
+COMPACT_JSON = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
+
+
+def _with_compact_whitespace(text: str) -> str:
+    try:
+        schema = json.loads(text)
+    except ValueError as error:
+        raise GrammarError(f"is not valid JSON: {error}") from None
+    if isinstance(schema, dict) and "x-guidance" not in schema:
+        schema = {**schema, "x-guidance": COMPACT_JSON}
+    return json.dumps(schema)
+
+
+def _bit(position: int) -> int:
+    # The bitmask holds int32 words: bit 31 is the sign bit.
+    return -(1 << 31) if position == 31 else 1 << position
+
+
+class LlguidanceBackend(GrammarBackend):
+    def __init__(self, tokenizer: GrammarTokenizer):
+        self.eos_token_ids = tokenizer.eos_token_ids
+        self.tokenizer = llguidance.LLTokenizer(
+            tokenizer.tokenizer_json, n_vocab=tokenizer.vocab_size,
+            eos_token=min(tokenizer.eos_token_ids) if tokenizer.eos_token_ids else None,
+        )
+
+    def compile(self, kind: str, text: str):
+        try:
+            if kind == "json_schema":
+                grammar = llguidance.LLMatcher.grammar_from_json_schema(_with_compact_whitespace(text))
+            elif kind == "regex":
+                grammar = llguidance.LLMatcher.grammar_from_regex(text)
+            elif kind == "ebnf":
+                grammar = llguidance.grammar_from("gbnf", text)
+            else:
+                raise GrammarError(f"unknown constraint kind {kind!r}")
+            # "" when the grammar is sound, else what is wrong with it.
+            problem = llguidance.LLMatcher.validate_grammar(grammar, self.tokenizer)
+        except GrammarError:
+            raise
+        except Exception as error:  # llguidance raises ValueError/RuntimeError with its reason
+            raise GrammarError(f"cannot be compiled: {error}") from None
+        if problem:
+            raise GrammarError(f"cannot be compiled: {problem}")
+        # The first matcher does the heavy part once, here in the worker thread;
+        # each request gets a copy, which shares the lexer states it builds
+        # lazily (a fresh matcher per request made every step about 4x slower).
+        return self._new_matcher(grammar)
+
+    def matcher(self, compiled) -> GrammarMatcher:
+        return LlguidanceMatcher(compiled.deep_copy(), self.eos_token_ids)
+
+    def _new_matcher(self, grammar: str):
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar)
+        if matcher.is_error():
+            raise GrammarError(matcher.get_error())
+        return matcher

@@ -1,0 +1,111 @@
+import time
+
+import pytest
+from test_node_link import free_port
+
+from tercet.nodes.address import DistInitAddr
+from tercet.nodes.hub import NodeHub
+from tercet.nodes.link import connect_to_node_zero
+from tercet.parallel.topology import Topology
+from tercet.processes.supervisor import ChildFailed, ChildSupervisor
+
+DESCRIPTION = {"scheduler.max_running_requests": "8", "checkpoint size": 100}
+WELCOME = {"scheduler_inputs": ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], "detokenizer_input": "tcp://127.0.0.1:3",
+           "tokenizer_input": "tcp://127.0.0.1:4", "tp_store": "127.0.0.1:5"}
+
+
+@pytest.fixture
+def hub():
+    supervisor = ChildSupervisor()
+    hub = NodeHub(DistInitAddr("127.0.0.1", free_port()), Topology(dp_size=2, tp_size=1, nnodes=2), DESCRIPTION,
+                  WELCOME, supervisor, join_timeout=60)
+    yield hub
+    hub.stop(failed=False)
+
+
+def join(hub, node=1, description=DESCRIPTION):
+    link = connect_to_node_zero(hub.address, timeout=10)
+    link.send("join", node=node, host="b", address="127.0.0.1", description=description)
+    return link, link.receive(timeout=10)
+
+
+def reported(supervisor, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while supervisor.reported_failure is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return supervisor.reported_failure
+
+
+def test_a_node_that_agrees_is_welcomed_and_its_inputs_are_collected(hub):
+    link, answer = join(hub)
+    assert answer == {"kind": "welcome", **WELCOME}
+    link.send("ready", inputs={"1": "tcp://127.0.0.1:777"})
+    assert hub.wait_until_ready(timeout=10) == {1: "tcp://127.0.0.1:777"}
+    hub.stop(failed=True)
+    assert link.receive(timeout=10) == {"kind": "stop", "failed": True}
+    assert hub.supervisor.reported_failure is None  # a stop closes links without it being a failure
+    link.close()
+
+
+def test_a_node_that_disagrees_is_refused_and_fails_the_start(hub):
+    link, answer = join(hub, description={**DESCRIPTION, "scheduler.max_running_requests": "4"})
+    reason = "node 1 disagrees with node 0 on scheduler.max_running_requests: 4 against 8"
+    assert answer["kind"] == "refused" and answer["reason"].startswith(reason)
+    assert reported(hub.supervisor)[0] == "node 1 (host b, 127.0.0.1)"
+    with pytest.raises(ChildFailed, match=reason):
+        hub.wait_until_ready(timeout=10)
+    link.close()
+
+
+@pytest.mark.parametrize("node, reason", [(0, "node rank 0 is not one of 1..1"), ("1", "node rank '1' is not one")])
+def test_a_node_number_out_of_range_is_refused(hub, node, reason):
+    link, answer = join(hub, node=node)
+    assert answer["kind"] == "refused" and reason in answer["reason"]
+    link.close()
+
+
+def test_a_second_node_1_is_refused_without_failing_the_first(hub):
+    first, _ = join(hub)
+    second, answer = join(hub)
+    assert answer["kind"] == "refused" and "node 1 has joined already, from host b, 127.0.0.1" in answer["reason"]
+    second.close()
+    assert hub.supervisor.reported_failure is None  # a refusal is reported before it is sent
+    first.send("ready", inputs={"1": "tcp://127.0.0.1:777"})
+    assert hub.wait_until_ready(timeout=10) == {1: "tcp://127.0.0.1:777"}
+    first.close()
+
+
+def test_a_worker_failure_on_the_node_is_reported_naming_it_and_the_host(hub):
+    link, _ = join(hub)
+    link.send("failed", name="scheduler-1", reason="killed by signal SIGKILL")
+    assert reported(hub.supervisor) == ("scheduler-1 on node 1 (host b, 127.0.0.1)", "killed by signal SIGKILL")
+    link.close()
+
+
+def test_a_link_that_closes_is_a_lost_node(hub):
+    link, _ = join(hub)
+    link.close()
+    name, reason = reported(hub.supervisor)
+    assert name == "node 1 launcher (host b, 127.0.0.1)"
+    assert reason.startswith("its link to node 0 closed") and reason.endswith("it ran scheduler-1")
+
+
+def test_a_node_that_never_joins_fails_the_start_at_the_timeout():
+    supervisor = ChildSupervisor()
+    address = DistInitAddr("127.0.0.1", free_port())
+    hub = NodeHub(address, Topology(2, 1, 2), DESCRIPTION, WELCOME, supervisor, join_timeout=0.5)
+    try:
+        with pytest.raises(ChildFailed, match=rf"node 1 process failed: did not join within 0.5 s "
+                                              rf"\(parallel.dist_init_timeout\); start it with --nnodes 2 "
+                                              rf"--node-rank 1 --dist-init-addr {address}"):
+            hub.wait_until_ready(timeout=60)
+    finally:
+        hub.stop(failed=True)
+
+
+def test_a_malformed_ready_fails_the_start_naming_the_node(hub):
+    link, _ = join(hub)
+    link.send("ready", inputs=["not", "a", "mapping"])
+    name, reason = reported(hub.supervisor)
+    assert name == "node 1 (host b, 127.0.0.1)" and reason.startswith("sent a malformed ready")
+    link.close()

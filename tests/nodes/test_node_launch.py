@@ -1,0 +1,43 @@
+import pytest
+
+from tercet.cli import build_parser, config_from_arguments
+from tercet.config import TercetConfig
+from tercet.errors import ConfigError, TercetError
+from tercet.nodes.launch import config_for_nodes
+
+
+def nodes_config(**parallel) -> TercetConfig:
+    return TercetConfig().replace("parallel", **{"nnodes": 2, "dist_init_addr": "10.0.0.1:29500", **parallel})
+
+
+def test_the_node_flags_set_the_parallel_section():
+    arguments = build_parser().parse_args(
+        ["serve", "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:29500", "--tp-size", "2"]
+    )
+    parallel = config_from_arguments(arguments).parallel
+    assert (parallel.nnodes, parallel.node_rank, parallel.dist_init_addr, parallel.tp_size) == (2, 1, "10.0.0.1:29500", 2)
+
+
+def test_over_nodes_the_endpoints_are_tcp_on_node_0_s_address():
+    config = config_for_nodes(nodes_config(tp_size=2))
+    assert (config.ipc.transport, config.ipc.tcp_host) == ("tcp", "10.0.0.1")
+
+
+def test_a_chosen_transport_and_host_are_kept():
+    config = config_for_nodes(nodes_config(tp_size=2).replace("ipc", transport="tcp", tcp_host="0.0.0.0"))
+    assert config.ipc.tcp_host == "0.0.0.0"
+
+
+def test_a_node_rank_past_the_nodes_is_an_error():
+    with pytest.raises(TercetError, match="parallel.node_rank = 2 is not below parallel.nnodes = 2"):
+        config_for_nodes(nodes_config(tp_size=2, node_rank=2))
+
+
+def test_the_workers_must_split_over_the_nodes():
+    with pytest.raises(ConfigError, match="does not divide the 1 scheduler workers"):
+        config_for_nodes(nodes_config())
+
+
+def test_nodes_need_a_meeting_address():
+    with pytest.raises(ConfigError, match="needs parallel.dist_init_addr"):
+        config_for_nodes(nodes_config(tp_size=2, dist_init_addr=None))

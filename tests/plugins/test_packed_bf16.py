@@ -1,0 +1,70 @@
+import pytest
+import torch
+from torch import nn
+
+from tercet.plugins.linear_layers.packed_bf16 import PackedLinear, can_pack, pack_linear_layers
+
+pytestmark = pytest.mark.skipif(
+    not can_pack(torch.device("cpu"), torch.bfloat16), reason="this torch build has no oneDNN linear packing"
+)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("batch", [1, 5, 33])
+def test_packed_linear_is_bit_identical_to_the_plain_one(bias, batch):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 200, bias=bias).to(torch.bfloat16)
+    x = torch.randn(batch, 96).to(torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(PackedLinear(linear)(x), linear(x))
+
+
+def test_every_linear_of_a_model_is_packed_and_the_output_kept():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.SiLU(), nn.Sequential(nn.Linear(128, 64, bias=False))).to(torch.bfloat16)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    with torch.inference_mode():
+        expected = model(x)
+        assert pack_linear_layers(model) == 2
+        assert [type(module).__name__ for module in model.modules() if isinstance(module, (nn.Linear, PackedLinear))] == [
+            "PackedLinear", "PackedLinear"
+        ]
+        assert torch.equal(model(x), expected)
+
+
+def test_float32_and_other_devices_are_not_packed():
+    assert not can_pack(torch.device("cpu"), torch.float32)
+    assert not can_pack(torch.device("cuda"), torch.bfloat16)
+
+
+def _bf16_runner(model_dir):
+    from tercet.model.model_runner import ModelRunner
+    from tercet.plugins.torch_native_attention import create_torch_native_backend
+
+    return ModelRunner(model_dir, dtype="bfloat16", device="cpu", attention_backend_factory=create_torch_native_backend,
+                       max_total_tokens=256, page_size=4, max_running_requests=2)
+
+
+def _prompt_logits(runner, prompt):
+    row = runner.req_to_token_pool.alloc()
+    runner.req_to_token_pool.assign_pages(row, 0, runner.page_allocator.alloc(-(-len(prompt) // 4)), 4)
+    return runner.forward(runner.build_batch([row], [0], [prompt]))
+
+
+def test_a_bfloat16_runner_serves_packed_weights_with_the_same_logits(tiny_llama_dir, monkeypatch):
+    prompt = [1, 17, 230, 4095, 12, 9]
+    packed = _bf16_runner(tiny_llama_dir)
+    assert isinstance(packed.model.lm_head, PackedLinear)
+    assert isinstance(packed.model.model.layers[0].self_attn.qkv_proj, PackedLinear)
+    packed_logits = _prompt_logits(packed, prompt)
+
+    monkeypatch.setattr("tercet.plugins.linear_layers.methods.can_pack", lambda device, dtype: False)
+    plain = _bf16_runner(tiny_llama_dir)
+    assert isinstance(plain.model.lm_head, nn.Linear)
+    assert torch.equal(packed_logits, _prompt_logits(plain, prompt))
+
+
+def test_new_weights_from_disk_are_packed_too(tiny_llama_dir):
+    runner = _bf16_runner(tiny_llama_dir)
+    runner.update_weights_from_disk(tiny_llama_dir)
+    assert isinstance(runner.model.lm_head, PackedLinear)
