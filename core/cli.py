@@ -6,11 +6,28 @@ import argparse
 import json
 import sys
 
-from tercet.bench.ipc_roundtrip import add_ipc_arguments
-from tercet.bench.offline import add_offline_arguments
-from tercet.bench.serving_command import add_bench_arguments
-from tercet.config import DTYPE_NAMES, check_api_key, config_as_toml, load_config, parse_set_options
+from tercet.bench.commands import (
+    add_bench_arguments,
+    add_ipc_arguments,
+    add_offline_arguments,
+    run_bench,
+    run_ipc,
+    run_offline,
+)
+from tercet.config import (
+    DTYPE_NAMES,
+    check_api_key,
+    check_plugin_choices,
+    config_as_toml,
+    load_config,
+    parse_set_options,
+)
 from tercet.errors import TercetError
+from tercet.formats.default_model import resolve_model_path
+from tercet.formats.weight_formats import describe_weights
+from tercet.plugin_host.listing import describe_plugins, format_plugins
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
+from tercet.plugin_host.skeleton import write_skeleton
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,59 +120,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def serve(arguments: argparse.Namespace) -> int:
+    # The server's own modules load only for the command that serves.
+    from tercet.launch import launch_server
+
+    return launch_server(config_from_arguments(arguments))
+
+
+def show_config(arguments: argparse.Namespace) -> int:
+    config = config_from_arguments(arguments)
+    plugin_manager = create_plugin_manager(disabled=config.disabled_plugins)
+    check_plugin_choices(config, PluginRegistries.from_plugin_manager(plugin_manager))
+    print(config_as_toml(config))
+    print(describe_weights(resolve_model_path(config.model.path), config.model.quantization))
+    return 0
+
+
+def list_plugins(arguments: argparse.Namespace) -> int:
+    config = config_from_arguments(arguments)
+    described = describe_plugins(create_plugin_manager(disabled=config.disabled_plugins))
+    print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
+    return 0
+
+
+def new_plugin(arguments: argparse.Namespace) -> int:
+    target = write_skeleton(arguments.kind, arguments.name, arguments.directory)
+    print(f"wrote {target}; next: pip install -e {target} && python -m pytest {target}")
+    return 0
+
+
+COMMANDS = {
+    "serve": serve,
+    "config": show_config,
+    "plugins": list_plugins,
+    "plugin": new_plugin,
+    "bench": run_bench,
+    "bench-offline": run_offline,
+    "bench-ipc": run_ipc,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     if arguments.command == "bench" and arguments.concurrency is None and arguments.request_rate is None:
         parser.error("bench needs --concurrency N, --request-rate R, or both")
     try:
-        if arguments.command == "serve":
-            from tercet.launch import launch_server
-
-            return launch_server(config_from_arguments(arguments))
-        if arguments.command == "config":
-            from tercet.config import check_plugin_choices
-            from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
-
-            config = config_from_arguments(arguments)
-            plugin_manager = create_plugin_manager(disabled=config.disabled_plugins)
-            check_plugin_choices(config, PluginRegistries.from_plugin_manager(plugin_manager))
-            print(config_as_toml(config))
-            from tercet.formats.default_model import resolve_model_path
-            from tercet.formats.weight_formats import describe_weights
-
-            print(describe_weights(resolve_model_path(config.model.path), config.model.quantization))
-            return 0
-        if arguments.command == "plugins":
-            from tercet.plugin_host.listing import describe_plugins, format_plugins
-            from tercet.plugin_host.manager import create_plugin_manager
-
-            config = config_from_arguments(arguments)
-            described = describe_plugins(create_plugin_manager(disabled=config.disabled_plugins))
-            print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
-            return 0
-        if arguments.command == "plugin":
-            from tercet.plugin_host.skeleton import write_skeleton
-
-            target = write_skeleton(arguments.kind, arguments.name, arguments.directory)
-            print(f"wrote {target}; next: pip install -e {target} && python -m pytest {target}")
-            return 0
-        if arguments.command == "bench":
-            from tercet.bench.serving_command import run_bench
-
-            return run_bench(arguments)
-        if arguments.command == "bench-offline":
-            from tercet.bench.offline import run_from_arguments as run_offline
-
-            return run_offline(arguments)
-        if arguments.command == "bench-ipc":
-            from tercet.bench.ipc_roundtrip import run_from_arguments as run_ipc
-
-            return run_ipc(arguments)
+        return COMMANDS[arguments.command](arguments)
     except TercetError as error:
         print(f"tercet: error: {error}", file=sys.stderr)
         return 2 if arguments.command == "config" else 1
-    return 2
 
 
 if __name__ == "__main__":

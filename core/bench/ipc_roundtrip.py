@@ -15,8 +15,6 @@ Two realistic messages are measured: a 512-token ``TokenizedGenerateReq``
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import sys
 import time
@@ -237,32 +235,3 @@ def format_ipc_report(result: dict) -> str:
             f"{row['p50_us']:>8.1f} {row['p99_us']:>8.1f} {row['encode_us']:>7.1f} {row['decode_us']:>7.1f}"
         )
     return "\n".join(lines)
-
-
-def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--serializers", nargs="+", default=["msgpack", "pickle"])
-    parser.add_argument("--transports", nargs="+", default=["ipc"], help="ipc, tcp, or any transport plugin")
-    parser.add_argument("--messages", nargs="+", default=list(MESSAGE_KINDS), choices=MESSAGE_KINDS,
-                        help="which message kinds to send")
-    parser.add_argument("--num-messages", type=int, default=2000, help="timed round trips per row")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def run_from_arguments(args: argparse.Namespace) -> int:
-    try:
-        result = run_ipc_benchmark(args.serializers, args.transports, args.num_messages, message_kinds=args.messages)
-    except TercetError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps(result, indent=2) if args.json else format_ipc_report(result))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tercet.bench.ipc_roundtrip", description=__doc__.splitlines()[0])
-    add_ipc_arguments(parser)
-    return run_from_arguments(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

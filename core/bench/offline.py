@@ -19,11 +19,8 @@ Afterwards tercet's matmuls of one decode step are timed alone (see
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import random
-import sys
 
 from tercet.bench.matmul_floor import time_matmuls
 from tercet.bench.offline_metrics import Progress, compare_outputs, summarize
@@ -257,41 +254,3 @@ def format_offline_report(result: dict) -> str:
 
 def _cell(value, number: str) -> str:
     return "-" if value is None else number.format(value)
-
-
-def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None, help="checkpoint directory (default: the built-in default model)")
-    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--input-len", type=int, default=128)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
-    parser.add_argument("--no-warmup", action="store_true")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def run_from_arguments(args: argparse.Namespace) -> int:
-    try:
-        result = run_offline_benchmark(
-            args.model, args.dtype, args.batch_size, args.input_len, args.output_len, seed=args.seed,
-            with_transformers=not args.no_transformers, warmup=not args.no_warmup, device=args.device,
-            num_threads=args.threads,
-        )
-    except TercetError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps(result, indent=2) if args.json else format_offline_report(result))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tercet.bench.offline", description=__doc__.splitlines()[0])
-    add_offline_arguments(parser)
-    return run_from_arguments(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

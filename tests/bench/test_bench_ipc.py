@@ -9,10 +9,10 @@ import pytest
 from tercet.bench.ipc_roundtrip import (
     MESSAGE_KINDS,
     format_ipc_report,
-    main,
     run_ipc_benchmark,
     sample_message,
 )
+from tercet.cli import main as tercet_main
 from tercet.errors import ConfigError, TercetError
 
 NUM_MESSAGES = 200
@@ -50,7 +50,8 @@ def test_report_has_one_line_per_row(result):
 
 
 def test_tcp_transport_from_the_command_line(capsys):
-    assert main(["--serializers", "msgpack", "--transports", "tcp", "--messages", "decode_step",
+    assert tercet_main(["bench-ipc", "--serializers", "msgpack", "--transports", "tcp",
+                        "--messages", "decode_step",
                  "--num-messages", "50", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["results"]
     assert (row["serializer"], row["transport"], row["message"]) == ("msgpack", "tcp", "decode_step")

@@ -8,10 +8,10 @@ import pytest
 
 from tercet.bench.offline import (
     format_offline_report,
-    main,
     run_offline_benchmark,
     synthetic_prompts,
 )
+from tercet.cli import main as tercet_main
 
 BATCH, INPUT_LEN, OUTPUT_LEN = 4, 16, 8
 
@@ -84,8 +84,9 @@ def test_prompts_are_seeded_ordinary_ids_of_one_length(tiny_llama_dir):
 
 
 def test_command_line_prints_json_without_the_baseline(tiny_llama_dir, capsys):
-    code = main(["--model", str(tiny_llama_dir), "--dtype", "float32", "--device", "cpu", "--batch-size", "2",
-                 "--input-len", "8", "--output-len", "3", "--no-transformers", "--no-warmup", "--json"])
+    code = tercet_main(["bench-offline", "--model", str(tiny_llama_dir), "--dtype", "float32", "--device", "cpu",
+                        "--batch-size", "2", "--input-len", "8", "--output-len", "3", "--no-transformers", "--no-warmup",
+                        "--json"])
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["transformers"] is None and printed["greedy_match"] is None
@@ -93,12 +94,12 @@ def test_command_line_prints_json_without_the_baseline(tiny_llama_dir, capsys):
 
 
 def test_command_line_rejects_an_empty_prompt(tiny_llama_dir, capsys):
-    assert main(["--model", str(tiny_llama_dir), "--input-len", "0", "--no-transformers"]) == 1
+    assert tercet_main(["bench-offline", "--model", str(tiny_llama_dir), "--input-len", "0", "--no-transformers"]) == 1
     assert "input_len must be at least 1" in capsys.readouterr().err
 
 
 def test_command_line_rejects_more_tokens_than_the_context(tiny_llama_dir, capsys):
     # The tiny model attends over 1024 positions.
-    assert main(["--model", str(tiny_llama_dir), "--device", "cpu", "--batch-size", "1", "--input-len", "1000",
-                 "--output-len", "100", "--no-transformers", "--no-warmup"]) == 1
+    assert tercet_main(["bench-offline", "--model", str(tiny_llama_dir), "--device", "cpu", "--batch-size", "1",
+                        "--input-len", "1000", "--output-len", "100", "--no-transformers", "--no-warmup"]) == 1
     assert "exceeds the model's context of 1024 tokens" in capsys.readouterr().err

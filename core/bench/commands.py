@@ -1,10 +1,16 @@
-"""``tercet bench``: its arguments and its run, for the top-level command."""
+"""The benchmark commands of ``tercet``: ``bench``, ``bench-offline`` and ``bench-ipc``.
+
+Each command's arguments are declared here, and its benchmark is imported
+only when it runs: ``tercet serve`` and ``tercet config show`` load none.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+
+from tercet.errors import TercetError
 
 
 def positive_int(text: str) -> int:
@@ -85,4 +91,55 @@ def run_bench(arguments: argparse.Namespace) -> int:
     if summary.completed == 0:
         print(f"tercet: error: all {summary.failed} requests failed; first error: {summary.errors[0][0]}", file=sys.stderr)
         return 1
+    return 0
+
+
+def add_offline_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="checkpoint directory (default: the built-in default model)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
+    parser.add_argument("--no-warmup", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run_offline(args: argparse.Namespace) -> int:
+    from tercet.bench.offline import format_offline_report, run_offline_benchmark
+
+    try:
+        result = run_offline_benchmark(
+            args.model, args.dtype, args.batch_size, args.input_len, args.output_len, seed=args.seed,
+            with_transformers=not args.no_transformers, warmup=not args.no_warmup, device=args.device,
+            num_threads=args.threads,
+        )
+    except TercetError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2) if args.json else format_offline_report(result))
+    return 0
+
+
+def add_ipc_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--serializers", nargs="+", default=["msgpack", "pickle"])
+    parser.add_argument("--transports", nargs="+", default=["ipc"], help="ipc, tcp, or any transport plugin")
+    parser.add_argument("--messages", nargs="+", default=None, metavar="KIND",
+                        help="message kinds to send: generate_req, decode_step (default: both)")
+    parser.add_argument("--num-messages", type=int, default=2000, help="timed round trips per row")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run_ipc(args: argparse.Namespace) -> int:
+    from tercet.bench.ipc_roundtrip import MESSAGE_KINDS, format_ipc_report, run_ipc_benchmark
+
+    try:
+        result = run_ipc_benchmark(args.serializers, args.transports, args.num_messages, message_kinds=args.messages or MESSAGE_KINDS)
+    except TercetError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2) if args.json else format_ipc_report(result))
     return 0
