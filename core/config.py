@@ -68,25 +68,41 @@ def load_config(
     disabled_plugins: tuple[str, ...] = ()
     for origin, layer, values_are_text in layers:
         for section, values in layer.items():
-            if section == "plugins":
-                if isinstance(values, Mapping) and "disable" in values:
-                    values = dict(values)
-                    disabled_plugins = _disabled_plugins(values.pop("disable"), origin)
-                _merge_plugin_options(plugin_options, values, origin)
+            if section != "plugins":
+                merged.setdefault(section, {}).update(_section_values(section, values, origin, values_are_text))
                 continue
-            section_type = _section_type(section, origin)
-            if not isinstance(values, Mapping):
-                raise ConfigError(f"{origin}: [{section}] must be a table")
-            for key, value in values.items():
-                declared = _declared_field(section_type, section, key, origin)
-                if declared.metadata.get("refuses_placeholders"):
-                    # Before text parsing, which reads "" and "none" as "unset".
-                    check_api_key(value, _where(origin, section, key))
-                if values_are_text and isinstance(value, str):
-                    value = parse_text_value(declared, section, key, value, origin)
-                merged.setdefault(section, {})[key] = _checked(declared, section, key, value, origin)
+            disabled = _read_plugins_table(values, origin, plugin_options)
+            if disabled is not None:
+                disabled_plugins = disabled
     sections = {name: SECTIONS[name](**merged.get(name, {})) for name in SECTIONS}
     return TercetConfig(**sections, plugins=plugin_options, disabled_plugins=disabled_plugins)
+
+
+def _read_plugins_table(values: Any, origin: str, plugin_options: dict) -> tuple[str, ...] | None:
+    """Merge ``[plugins.<name>]`` options into ``plugin_options``; ``[plugins] disable`` if this layer sets it."""
+    disabled = None
+    if isinstance(values, Mapping) and "disable" in values:
+        values = dict(values)
+        disabled = _disabled_plugins(values.pop("disable"), origin)
+    _merge_plugin_options(plugin_options, values, origin)
+    return disabled
+
+
+def _section_values(section: str, values: Any, origin: str, values_are_text: bool) -> dict[str, Any]:
+    """One layer's values for ``[section]``, each checked against its declared field."""
+    section_type = _section_type(section, origin)
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{origin}: [{section}] must be a table")
+    checked = {}
+    for key, value in values.items():
+        declared = _declared_field(section_type, section, key, origin)
+        if declared.metadata.get("refuses_placeholders"):
+            # Before text parsing, which reads "" and "none" as "unset".
+            check_api_key(value, _where(origin, section, key))
+        if values_are_text and isinstance(value, str):
+            value = parse_text_value(declared, section, key, value, origin)
+        checked[key] = _checked(declared, section, key, value, origin)
+    return checked
 
 
 def _disabled_plugins(value: Any, origin: str) -> tuple[str, ...]:
@@ -265,28 +281,43 @@ def _declared_field(section_type: type, section: str, key: str, origin: str) -> 
 
 
 def _checked(declared: dataclasses.Field, section: str, key: str, value: Any, origin: str) -> Any:
-    name = f"{section}.{key}"
-    kind = _base_type(declared)
+    name = f"{origin}: {section}.{key}"
     if value is None and _is_optional(declared):
         return None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if declared.metadata.get("byte_size"):
-        # An integer of bytes or a size string; kept as written, checked here.
-        value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-        if isinstance(value, str):
-            parse_byte_size(value, f"{origin}: {name}")
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"{origin}: {name} must be {TYPE_NAMES[kind]}, got {value!r}")
+    value = _as_declared_type(declared, value, name)
     choices = declared.metadata.get("choices")
     if choices and value not in choices:
         allowed = ", ".join(_toml_value(c) for c in choices)
-        raise ConfigError(f"{origin}: {name} = {_toml_value(value)} is not allowed; allowed: {allowed}")
-    if "min" in declared.metadata and value < declared.metadata["min"]:
-        raise ConfigError(f"{origin}: {name} must be at least {declared.metadata['min']}, got {value!r}")
-    if "max" in declared.metadata and value > declared.metadata["max"]:
-        raise ConfigError(f"{origin}: {name} must be at most {declared.metadata['max']}, got {value!r}")
+        raise ConfigError(f"{name} = {_toml_value(value)} is not allowed; allowed: {allowed}")
+    _check_bounds(declared.metadata, value, name)
     return value
+
+
+def _as_declared_type(declared: dataclasses.Field, value: Any, name: str) -> Any:
+    """``value`` as the field's type (an integer where a number is declared becomes a float), or a ConfigError."""
+    kind = _base_type(declared)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if declared.metadata.get("byte_size"):
+        value = _byte_size_text(value, name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"{name} must be {TYPE_NAMES[kind]}, got {value!r}")
+    return value
+
+
+def _byte_size_text(value: Any, name: str) -> Any:
+    """An integer of bytes or a size string, kept as written (an integer as its text), checked here."""
+    value = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(value, str):
+        parse_byte_size(value, name)
+    return value
+
+
+def _check_bounds(metadata: Mapping[str, Any], value: Any, name: str) -> None:
+    if "min" in metadata and value < metadata["min"]:
+        raise ConfigError(f"{name} must be at least {metadata['min']}, got {value!r}")
+    if "max" in metadata and value > metadata["max"]:
+        raise ConfigError(f"{name} must be at most {metadata['max']}, got {value!r}")
 
 
 TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}

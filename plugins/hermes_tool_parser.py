@@ -23,30 +23,8 @@ class HermesToolCallParser(ToolCallParser):
         content: list[str] = []
         calls: list[ToolCall] = []
         position = 0
-        while True:
-            opened = text.find(OPEN_CALL, position)
-            if opened < 0:
-                # While streaming, a tail that may be the start of "<tool_call>" waits.
-                content.append(text[position:] if final else _without_tag_start(text[position:], OPEN_CALL))
-                break
-            content.append(text[position:opened])
-            inner_start = opened + len(OPEN_CALL)
-            closed = text.find(CLOSE_CALL, inner_start)
-            if closed < 0:
-                # The last block is still open (or was cut off by the length limit).
-                inner = text[inner_start:] if final else _without_tag_start(text[inner_start:], CLOSE_CALL)
-                call = read_call_object(inner)
-                if call is not None:
-                    calls.append(call)
-                elif final:
-                    content.append(text[opened:])  # never became a call: it is text
-                break
-            call = read_call_object(text[inner_start:closed])
-            if call is None:
-                content.append(text[opened:closed + len(CLOSE_CALL)])
-            else:
-                calls.append(call)
-            position = closed + len(CLOSE_CALL)
+        while position is not None:
+            position = _read_up_to_next_block(text, position, final, content, calls)
         joined = "".join(content)
         # Whitespace left between blocks is dropped; with no calls the text is
         # returned as generated, so trailing whitespace waits until then.
@@ -84,3 +62,36 @@ def _without_tag_start(text: str, tag: str) -> str:
 @hookimpl
 def register_tool_call_parsers(register):
     register("hermes", HermesToolCallParser)
+
+
+def _read_up_to_next_block(text: str, position: int, final: bool, content: list[str], calls: list[ToolCall]):
+    """Read the text from ``position`` through the next call block into ``content`` and ``calls``:
+    the position past that block, or None when the text has no more."""
+    opened = text.find(OPEN_CALL, position)
+    if opened < 0:
+        # While streaming, a tail that may be the start of "<tool_call>" waits.
+        content.append(text[position:] if final else _without_tag_start(text[position:], OPEN_CALL))
+        return None
+    content.append(text[position:opened])
+    inner_start = opened + len(OPEN_CALL)
+    closed = text.find(CLOSE_CALL, inner_start)
+    if closed < 0:
+        _read_open_block(text, opened, final, content, calls)
+        return None
+    call = read_call_object(text[inner_start:closed])
+    if call is None:
+        content.append(text[opened:closed + len(CLOSE_CALL)])
+    else:
+        calls.append(call)
+    return closed + len(CLOSE_CALL)
+
+
+def _read_open_block(text: str, opened: int, final: bool, content: list[str], calls: list[ToolCall]) -> None:
+    """The last block is still open (or was cut off by the length limit)."""
+    inner_start = opened + len(OPEN_CALL)
+    inner = text[inner_start:] if final else _without_tag_start(text[inner_start:], CLOSE_CALL)
+    call = read_call_object(inner)
+    if call is not None:
+        calls.append(call)
+    elif final:
+        content.append(text[opened:])  # never became a call: it is text

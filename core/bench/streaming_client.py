@@ -118,14 +118,19 @@ class ChunkTally:
         self.has_finished = self.has_finished or bool(choices) and is_last
         if usage and is_last:
             self.final_usage = usage
-        if not choices:
-            return
+        if choices:
+            self._count_tokens(self._new_tokens(choices, usage, is_last), now)
+
+    def _new_tokens(self, choices: list[dict], usage: dict | None, is_last: bool) -> int:
+        """Tokens this chunk delivered: by the server's running usage, else one per chunk with text."""
         if usage and (self.has_tokens_per_chunk or not is_last):
             self.has_tokens_per_chunk = True
             num_new = usage.get("completion_tokens", 0) - self.running_completion_tokens
             self.running_completion_tokens += num_new
-        else:
-            num_new = 1 if any(choice.get("text") for choice in choices) else 0
+            return num_new
+        return 1 if any(choice.get("text") for choice in choices) else 0
+
+    def _count_tokens(self, num_new: int, now: float) -> None:
         if num_new <= 0:
             return
         if self.first_output is None:

@@ -82,12 +82,23 @@ def summarize(outcomes: Sequence[RequestOutcome], duration_s: float) -> BenchSum
         requests_per_s=_rate(len(completed), duration_s),
         input_tokens_per_s=_rate(input_tokens, duration_s),
         output_tokens_per_s=_rate(output_tokens, duration_s),
-        ttft=LatencyStats.of_seconds([outcome.ttft for outcome in completed if outcome.ttft is not None]),
-        itl=LatencyStats.of_seconds([gap for outcome in completed for gap in outcome.itl]),
-        e2e_latency=LatencyStats.of_seconds([outcome.latency for outcome in completed]),
-        itl_basis="token" if completed and all(outcome.has_tokens_per_chunk for outcome in completed) else "chunk",
+        **_latencies(completed),
+        itl_basis=_itl_basis(completed),
         errors=tuple(errors.most_common(MAX_DISTINCT_ERRORS)),
     )
+
+
+def _latencies(completed: Sequence[RequestOutcome]) -> dict[str, LatencyStats | None]:
+    return {
+        "ttft": LatencyStats.of_seconds([outcome.ttft for outcome in completed if outcome.ttft is not None]),
+        "itl": LatencyStats.of_seconds([gap for outcome in completed for gap in outcome.itl]),
+        "e2e_latency": LatencyStats.of_seconds([outcome.latency for outcome in completed]),
+    }
+
+
+def _itl_basis(completed: Sequence[RequestOutcome]) -> str:
+    every_chunk_counted_tokens = bool(completed) and all(outcome.has_tokens_per_chunk for outcome in completed)
+    return "token" if every_chunk_counted_tokens else "chunk"
 
 
 def _input_tokens(outcome: RequestOutcome) -> int:

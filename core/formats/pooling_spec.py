@@ -70,18 +70,7 @@ def resolve_pooling(model_path: str | Path, configured: str) -> Pooling | None:
 
 def pooling_of_modules(folder: Path, modules) -> Pooling:
     """The pooling a sentence-transformers ``modules.json`` (already read) describes."""
-    if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
-        raise ConfigError(f"{folder / 'modules.json'} is not a list of modules")
-    types = [str(module.get("type", "")) for module in modules]
-    unknown = [kind for kind in types if kind not in (TRANSFORMER_MODULE, POOLING_MODULE, NORMALIZE_MODULE)]
-    if unknown:
-        # A Dense layer or a custom module changes the vector: serving without it would be wrong.
-        raise ConfigError(
-            f"{folder / 'modules.json'} has modules tercet does not run: {', '.join(unknown)}; "
-            "supported: Transformer, Pooling, Normalize (or set model.pooling to pool the hidden states yourself)"
-        )
-    if types[:1] != [TRANSFORMER_MODULE] or types.count(POOLING_MODULE) != 1:
-        raise ConfigError(f"{folder / 'modules.json'} must be a Transformer module, then one Pooling module")
+    types = _module_types(folder / "modules.json", modules)
     pooling_module = modules[types.index(POOLING_MODULE)]
     config_file = folder / str(pooling_module.get("path", "")) / "config.json"
     if not config_file.is_file():
@@ -90,18 +79,38 @@ def pooling_of_modules(folder: Path, modules) -> Pooling:
     return Pooling(_method_of(_read_json(config_file), config_file), normalize=normalize, source="modules.json")
 
 
+def _module_types(modules_file: Path, modules) -> list[str]:
+    """Each module's type, once the list is one tercet runs: a Transformer, one Pooling, maybe Normalize."""
+    if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
+        raise ConfigError(f"{modules_file} is not a list of modules")
+    types = [str(module.get("type", "")) for module in modules]
+    unknown = [kind for kind in types if kind not in (TRANSFORMER_MODULE, POOLING_MODULE, NORMALIZE_MODULE)]
+    if unknown:
+        # A Dense layer or a custom module changes the vector: serving without it would be wrong.
+        raise ConfigError(
+            f"{modules_file} has modules tercet does not run: {', '.join(unknown)}; "
+            "supported: Transformer, Pooling, Normalize (or set model.pooling to pool the hidden states yourself)"
+        )
+    if types[:1] != [TRANSFORMER_MODULE] or types.count(POOLING_MODULE) != 1:
+        raise ConfigError(f"{modules_file} must be a Transformer module, then one Pooling module")
+    return types
+
+
 def _method_of(config, config_file: Path) -> str:
     if not isinstance(config, dict):
         raise ConfigError(f"{config_file} does not hold a JSON object")
-    unsupported = [key for key in UNSUPPORTED_MODES if config.get(key)]
     methods = [method for key, method in SENTENCE_TRANSFORMERS_MODES.items() if config.get(key)]
-    if unsupported or len(methods) != 1:
+    if _turns_on_unsupported_modes(config) or len(methods) != 1:
         turned_on = [key for key in (*SENTENCE_TRANSFORMERS_MODES, *UNSUPPORTED_MODES) if config.get(key)]
         raise ConfigError(
             f"{config_file} turns on {', '.join(turned_on) or 'no pooling mode'}; tercet pools with exactly one of "
             f"{', '.join(SENTENCE_TRANSFORMERS_MODES)}"
         )
     return methods[0]
+
+
+def _turns_on_unsupported_modes(config: dict) -> bool:
+    return any(config.get(key) for key in UNSUPPORTED_MODES)
 
 
 def _read_json(path: Path):

@@ -46,6 +46,3 @@ class TypeBasedDispatcher:
             handler(message)
         except Exception:
             failures.record("message_handler", f"handling a {type(message).__name__} from {edge} failed")
-
-    def handles(self, message_type: type) -> bool:
-        return message_type in self.handlers

@@ -78,20 +78,22 @@ def _check_for(hint) -> Check:
     if hint is None or hint is type(None):
         return _exact(type(None))
     origin = typing.get_origin(hint)
+    if origin is not None:
+        return _generic_check(origin, hint)
+    if dataclasses.is_dataclass(hint):
+        return lambda value: _dataclass_check(hint)(value)
+    if hint in _SCALAR_CHECKS:
+        return _SCALAR_CHECKS[hint]
+    if hint in (str, bool, bytes):
+        return _exact(hint)
+    return _instance(hint) if isinstance(hint, type) else _anything
+
+
+def _generic_check(origin, hint) -> Check:
     if origin in (typing.Union, types.UnionType):
         return _union([_check_for(argument) for argument in typing.get_args(hint)], hint)
     if origin in (list, tuple, dict, set, frozenset):
         return _container(origin, typing.get_args(hint))
-    if dataclasses.is_dataclass(hint):
-        return lambda value: _dataclass_check(hint)(value)
-    if hint is float:
-        return _number
-    if hint is int:
-        return _integer
-    if hint in (str, bool, bytes):
-        return _exact(hint)
-    if isinstance(hint, type):
-        return _instance(hint)
     return _anything  # Literal, Callable and other forms: not checked
 
 
@@ -130,6 +132,7 @@ def _number(value) -> str | None:
 
 _with_exact_types(_integer, [int])
 _with_exact_types(_number, [float, int])
+_SCALAR_CHECKS: dict[type, Check] = {float: _number, int: _integer}
 
 
 def _union(checks: list[Check], hint) -> Check:
@@ -160,19 +163,22 @@ def _container(origin: type, arguments: tuple) -> Check:
     item_check = _check_for(arguments[0]) if arguments else _anything
     # Sequences arrive as lists from msgpack whatever the annotation says.
     accepted = (list, tuple) if origin in (list, tuple) else (origin, list)
+    return _sequence(origin.__name__, accepted, item_check)
 
+
+def _sequence(type_name: str, accepted: tuple[type, ...], item_check: Check) -> Check:
     exact_types = getattr(item_check, "exact_types", None)
     only_type = next(iter(exact_types)) if exact_types is not None and len(exact_types) == 1 else None
 
+    def items_pass_at_once(value) -> bool:
+        if only_type is not None:  # token ids: the hot case
+            return all(type(item) is only_type for item in value)
+        return exact_types is not None and all(type(item) in exact_types for item in value)
+
     def check(value):
         if not isinstance(value, accepted):
-            return f": expected {origin.__name__}, got {type(value).__name__}"
-        if item_check is _anything:
-            return None
-        if only_type is not None:  # token ids: the hot case
-            if all(type(item) is only_type for item in value):
-                return None
-        elif exact_types is not None and all(type(item) in exact_types for item in value):
+            return f": expected {type_name}, got {type(value).__name__}"
+        if item_check is _anything or items_pass_at_once(value):
             return None
         for position, item in enumerate(value):
             problem = item_check(item)

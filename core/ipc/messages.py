@@ -65,11 +65,14 @@ class TokenLogprobs:
         present = [part for part in parts if part is not None]
         if not present:
             return None
-        return TokenLogprobs(
-            [t for part in present for t in part.token_ids],
-            [lp for part in present for lp in part.logprobs],
-            [top for part in present for top in part.top],
-        )
+        token_ids: list[int] = []
+        logprobs: list[float | None] = []
+        top: list[list[list]] = []
+        for part in present:
+            token_ids += part.token_ids
+            logprobs += part.logprobs
+            top += part.top
+        return TokenLogprobs(token_ids, logprobs, top)
 
 
 @dataclass(frozen=True)

@@ -78,73 +78,100 @@ def serve_node(config: TercetConfig) -> int:
 
 def _serve_joined(config: TercetConfig, topology: Topology, link: NodeLink) -> int:
     node = config.parallel.node_rank
-    own_address = link.local_address
     # Spawned workers inherit it: their collectives bind where other nodes can reach them.
-    pin_collectives_to(own_address)
-    link.send("join", node=node, host=socket.gethostname(), address=own_address, description=describe_rank(config))
-    try:
-        answer = link.receive(timeout=config.parallel.dist_init_timeout)
-    except NodeLinkError as error:
-        logger.error("node %d: %s (parallel.dist_init_timeout)", node, error)
-        return 1
-    if answer is None or answer["kind"] not in ("welcome", "refused"):
-        logger.error("node %d: node 0 at %s closed the link before welcoming this node", node, link.peer_address)
-        return 1
-    if answer["kind"] == "refused":
-        logger.error("node %d: node 0 refused this node: %s", node, answer["reason"])
+    pin_collectives_to(link.local_address)
+    welcome = _join(config, link)
+    if welcome is None:
         return 1
     runtime_dir = create_runtime_dir()
     watcher = RuntimeDirWatcher(runtime_dir)
-    receiving = [rank for rank in range(topology.dp_size) if topology.receiving_node(rank) == node]
-    port_args = PortArgs(
-        runtime_dir=runtime_dir,
-        # The inputs this node's TP ranks 0 bind: the system picks the port, node 0 learns it from `ready`.
-        scheduler_inputs=tuple(
-            f"tcp://{own_address}:*" if rank in receiving else endpoint
-            for rank, endpoint in enumerate(answer["scheduler_inputs"])
-        ),
-        detokenizer_input=answer["detokenizer_input"],
-        tokenizer_input=answer["tokenizer_input"],
-        tp_store=answer["tp_store"],
-    )
+    port_args = _node_port_args(welcome, topology, node, link.local_address, runtime_dir)
     supervisor = ChildSupervisor()
-    stop = threading.Event()
     outcome = {"code": 1}
     try:
-        children = []
-        for worker in topology.workers_on(node):
-            heartbeat = StepHeartbeat()
-            name = scheduler_name(worker.dp_rank, worker.tp_rank, topology.dp_size, topology.tp_size)
-            children.append(
-                (name, run_scheduler_process, (config, port_args, worker.dp_rank, heartbeat, worker.tp_rank), heartbeat)
-            )
-        # Started at once: their TP groups come up when their peers on other nodes join too.
-        reports = supervisor.start_together(children, config.server.startup_timeout)
-        inputs = {str(worker.dp_rank): report["input"] for worker, report in zip(topology.workers_on(node), reports)
-                  if worker.tp_rank == 0}
-        link.send("ready", inputs=inputs)
-        logger.info("node %d serves %s for node 0 at %s", node, ", ".join(name for name, *_ in children), link.peer_address)
-
-        def on_death(name: str, reason: str) -> None:
-            logger.error("%s process died (%s); stopping this node", name, reason)
-            _tell(link, "failed", name=name, reason=reason)
-            stop.set()
-
-        supervisor.watch(on_death, watchdog_timeout=config.server.watchdog_timeout)
-        threading.Thread(target=_follow_node_zero, args=(link, stop, outcome), daemon=True).start()
-        for signal_number in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signal_number, lambda number, _: _stopped_here(link, stop, node, number))
-        stop.wait()
+        _start_workers(config, topology, port_args, supervisor, link)
+        outcome["code"] = _serve_until_stopped(config, supervisor, link)
         return outcome["code"]
     except ChildFailed as failure:
         logger.error("%s; stopping this node", failure)
         _tell(link, "failed", name=failure.name, reason=failure.reason)
-        outcome["code"] = 1
         return 1
     finally:
         supervisor.stop_all(timeout=STOP_GRACE_SECONDS if outcome["code"] == 0 else FAILED_STOP_GRACE_SECONDS)
         port_args.remove_runtime_dir()
         watcher.stop()
+
+
+def _join(config: TercetConfig, link: NodeLink) -> dict | None:
+    """Ask node 0 to take this node: its welcome (the endpoints), or None, logged, when there is none."""
+    node = config.parallel.node_rank
+    link.send("join", node=node, host=socket.gethostname(), address=link.local_address,
+              description=describe_rank(config))
+    try:
+        answer = link.receive(timeout=config.parallel.dist_init_timeout)
+    except NodeLinkError as error:
+        logger.error("node %d: %s (parallel.dist_init_timeout)", node, error)
+        return None
+    if answer is None or answer["kind"] not in ("welcome", "refused"):
+        logger.error("node %d: node 0 at %s closed the link before welcoming this node", node, link.peer_address)
+        return None
+    if answer["kind"] == "refused":
+        logger.error("node %d: node 0 refused this node: %s", node, answer["reason"])
+        return None
+    return answer
+
+
+def _node_port_args(welcome: dict, topology: Topology, node: int, own_address: str, runtime_dir: str) -> PortArgs:
+    receiving = [rank for rank in range(topology.dp_size) if topology.receiving_node(rank) == node]
+    return PortArgs(
+        runtime_dir=runtime_dir,
+        # The inputs this node's TP ranks 0 bind: the system picks the port, node 0 learns it from `ready`.
+        scheduler_inputs=tuple(
+            f"tcp://{own_address}:*" if rank in receiving else endpoint
+            for rank, endpoint in enumerate(welcome["scheduler_inputs"])
+        ),
+        detokenizer_input=welcome["detokenizer_input"],
+        tokenizer_input=welcome["tokenizer_input"],
+        tp_store=welcome["tp_store"],
+    )
+
+
+def _start_workers(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor,
+                   link: NodeLink) -> None:
+    """Start this node's share of the workers, then tell node 0 where its DP ranks' inputs are bound."""
+    node = config.parallel.node_rank
+    workers = topology.workers_on(node)
+    children = []
+    for worker in workers:
+        heartbeat = StepHeartbeat()
+        name = scheduler_name(worker.dp_rank, worker.tp_rank, topology.dp_size, topology.tp_size)
+        children.append(
+            (name, run_scheduler_process, (config, port_args, worker.dp_rank, heartbeat, worker.tp_rank), heartbeat)
+        )
+    # Started at once: their TP groups come up when their peers on other nodes join too.
+    reports = supervisor.start_together(children, config.server.startup_timeout)
+    inputs = {str(worker.dp_rank): report["input"] for worker, report in zip(workers, reports) if worker.tp_rank == 0}
+    link.send("ready", inputs=inputs)
+    logger.info("node %d serves %s for node 0 at %s", node, ", ".join(name for name, *_ in children), link.peer_address)
+
+
+def _serve_until_stopped(config: TercetConfig, supervisor: ChildSupervisor, link: NodeLink) -> int:
+    """Wait for node 0's stop (0, or 1 when it stops on a failure), a worker's death or a signal (1)."""
+    node = config.parallel.node_rank
+    stop = threading.Event()
+    outcome = {"code": 1}
+
+    def on_death(name: str, reason: str) -> None:
+        logger.error("%s process died (%s); stopping this node", name, reason)
+        _tell(link, "failed", name=name, reason=reason)
+        stop.set()
+
+    supervisor.watch(on_death, watchdog_timeout=config.server.watchdog_timeout)
+    threading.Thread(target=_follow_node_zero, args=(link, stop, outcome), daemon=True).start()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signal_number, lambda number, _: _stopped_here(link, stop, node, number))
+    stop.wait()
+    return outcome["code"]
 
 
 def _follow_node_zero(link: NodeLink, stop: threading.Event, outcome: dict) -> None:

@@ -16,35 +16,27 @@ def describe_plugins(plugin_manager: pluggy.PluginManager) -> list[dict]:
         for registration in collect(plugin_manager, kind.hook).entries.values():
             registered.setdefault(registration.plugin_name, []).append({"kind": kind.kind, "name": registration.name})
     entry_points = {entry_point.name: entry_point for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return [
+        _describe(plugin_manager, name, plugin, entry_points.get(name), registered.get(name, []))
+        for name, plugin in sorted(plugin_manager.list_name_plugin(), key=lambda pair: pair[0])
+    ]
 
-    described = []
-    for name, plugin in sorted(plugin_manager.list_name_plugin(), key=lambda pair: pair[0]):
-        # Only a plugin loaded from an entry point comes from a distribution (not an inline one).
-        entry_point = entry_points.get(name)
-        dist = getattr(entry_point, "dist", None)
-        if plugin is None:  # disabled (blocked): never imported, so only its entry point is known
-            described.append({
-                "name": name,
-                "module": entry_point.value if entry_point else None,
-                "distribution": dist.metadata["name"] if dist else None,
-                "version": dist.version if dist else None,
-                "disabled": True,
-                "hooks": [],
-                "registers": [],
-            })
-            continue
-        described.append(
-            {
-                "name": name,
-                "module": getattr(plugin, "__name__", type(plugin).__name__),
-                "distribution": dist.metadata["name"] if dist else None,
-                "version": dist.version if dist else None,
-                "disabled": False,
-                "hooks": sorted(caller.name for caller in plugin_manager.get_hookcallers(plugin) or []),
-                "registers": registered.get(name, []),
-            }
-        )
-    return described
+
+def _describe(plugin_manager: pluggy.PluginManager, name: str, plugin, entry_point, registers: list[dict]) -> dict:
+    # Only a plugin loaded from an entry point comes from a distribution (not an inline one).
+    dist = getattr(entry_point, "dist", None)
+    origin = {"distribution": dist.metadata["name"] if dist else None, "version": dist.version if dist else None}
+    if plugin is None:  # disabled (blocked): never imported, so only its entry point is known
+        module = entry_point.value if entry_point else None
+        return {"name": name, "module": module, **origin, "disabled": True, "hooks": [], "registers": []}
+    return {
+        "name": name,
+        "module": getattr(plugin, "__name__", type(plugin).__name__),
+        **origin,
+        "disabled": False,
+        "hooks": sorted(caller.name for caller in plugin_manager.get_hookcallers(plugin) or []),
+        "registers": registers,
+    }
 
 
 def format_plugins(described: list[dict]) -> str:

@@ -61,13 +61,7 @@ def render_chat(
     variables: dict | None = None,
 ) -> str:
     """The conversation as text. ``variables`` (the special tokens, say) are visible to the template."""
-    if not messages:
-        raise ValueError("cannot apply the chat template to an empty conversation")
-    for message in messages:
-        if not isinstance(message, dict):
-            raise TypeError(f"chat messages must be dicts, got {message!r}")
-    if tools is not None and not all(isinstance(tool, dict) for tool in tools):
-        raise TypeError("tools must be JSON schemas (dicts)")
+    _check_conversation(messages, tools)
     # Keys set to None (OpenAI's content=None, tool_calls=None) are left out:
     # templates test whether a key is there, and would otherwise print "None".
     messages = [{key: value for key, value in message.items() if value is not None} for message in messages]
@@ -78,6 +72,16 @@ def render_chat(
         documents=documents,
         add_generation_prompt=add_generation_prompt,
     )
+
+
+def _check_conversation(messages: list[dict], tools: list[dict] | None) -> None:
+    if not messages:
+        raise ValueError("cannot apply the chat template to an empty conversation")
+    for message in messages:
+        if not isinstance(message, dict):
+            raise TypeError(f"chat messages must be dicts, got {message!r}")
+    if tools is not None and not all(isinstance(tool, dict) for tool in tools):
+        raise TypeError("tools must be JSON schemas (dicts)")
 
 
 @functools.lru_cache(maxsize=8)

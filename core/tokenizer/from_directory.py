@@ -81,14 +81,20 @@ def _special_tokens(config: dict) -> tuple[dict[str, str | dict], list[str | dic
     """The named special tokens (standard ones first) and the extra ones, as the config spells them."""
     named = {name: config[name] for name in STANDARD_SPECIAL_TOKENS if _is_token(config.get(name))}
     # Model-specific names (``image_token``, ...) are any other ``*_token`` key holding a token.
-    for key, value in config.items():
-        if key.endswith("_token") and key not in named and key not in STANDARD_SPECIAL_TOKENS and _is_token(value):
-            named[key] = value
+    named.update({key: value for key, value in config.items() if _is_model_specific_token(key, value, named)})
     extra_value = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
-    if isinstance(extra_value, dict):
-        named.update({key: value for key, value in extra_value.items() if _is_token(value)})
-        extra_value = []
+    if isinstance(extra_value, dict):  # extra tokens with names of their own
+        named.update(_tokens_only(extra_value))
+        return named, []
     return named, [value for value in extra_value if _is_token(value)]
+
+
+def _tokens_only(values: dict) -> dict:
+    return {key: value for key, value in values.items() if _is_token(value)}
+
+
+def _is_model_specific_token(key: str, value, named: dict) -> bool:
+    return key.endswith("_token") and key not in named and key not in STANDARD_SPECIAL_TOKENS and _is_token(value)
 
 
 def _merge_legacy_special_tokens(special_tokens_map: dict, named: dict, extra: list) -> None:
@@ -130,6 +136,16 @@ def _added_token(value: str | dict, special: bool) -> AddedToken:
 
 
 def _chat_template(directory: Path, config: dict) -> str | dict[str, str] | None:
+    templates = _template_files(directory)
+    if not templates:
+        return _configured_template(directory, config)
+    if list(templates) == ["default"]:
+        return templates["default"]
+    return templates
+
+
+def _template_files(directory: Path) -> dict[str, str]:
+    """``chat_template.jinja`` (as "default") and ``additional_chat_templates/*.jinja`` by name."""
     templates: dict[str, str] = {}
     main_file = directory / "chat_template.jinja"
     if main_file.is_file():
@@ -138,14 +154,15 @@ def _chat_template(directory: Path, config: dict) -> str | dict[str, str] | None
     if extra_dir.is_dir():
         for path in sorted(extra_dir.glob("*.jinja")):
             templates[path.stem] = path.read_text(encoding="utf-8")
-    if not templates:
-        from_config = config.get("chat_template")
-        if isinstance(from_config, str):
-            return from_config
-        if isinstance(from_config, list):  # [{"name": ..., "template": ...}]
-            return {entry["name"]: entry["template"] for entry in from_config if isinstance(entry, dict)}
-        from_processor = _read_json(directory / "chat_template.json").get("chat_template")
-        return from_processor if isinstance(from_processor, str) else None
-    if list(templates) == ["default"]:
-        return templates["default"]
     return templates
+
+
+def _configured_template(directory: Path, config: dict) -> str | dict[str, str] | None:
+    """The config's template (a source or named sources), else a processor's chat_template.json."""
+    from_config = config.get("chat_template")
+    if isinstance(from_config, str):
+        return from_config
+    if isinstance(from_config, list):  # [{"name": ..., "template": ...}]
+        return {entry["name"]: entry["template"] for entry in from_config if isinstance(entry, dict)}
+    from_processor = _read_json(directory / "chat_template.json").get("chat_template")
+    return from_processor if isinstance(from_processor, str) else None

@@ -87,45 +87,12 @@ def tokenizer_from_files(files: dict[str, str], name_or_path: str) -> TercetToke
 
 def tokenizer_pipeline(metadata: dict, where: str) -> tuple[dict, dict[str, str]]:
     """``(tokenizer.json as a dict, named special tokens)`` for the GGUF's metadata."""
-    kind = metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ConfigError(
-            f"{where}: tercet reads only byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') from a GGUF, "
-            f"not {kind!r}; serve a Hugging Face checkpoint directory instead"
-        )
-    pre = metadata.get("tokenizer.ggml.pre")
-    if pre not in GPT2_SPLIT_PRE_TOKENIZERS:
-        raise ConfigError(f"{where}: tokenizer.ggml.pre {pre!r} needs a pre-tokenizer split tercet does not know")
+    _check_supported(metadata, where)
     tokens = _string_list(metadata, "tokenizer.ggml.tokens", where)
-    token_types = metadata.get("tokenizer.ggml.token_type") or []
     merges = _string_list(metadata, "tokenizer.ggml.merges", where)
-
     vocab = {token if _in_alphabet(token) else spell_in_byte_level(token): index for index, token in enumerate(tokens)}
-    special_tokens = {}
-    for name, key in SPECIAL_TOKEN_IDS.items():
-        token_id = metadata.get(key)
-        if token_id is None:
-            continue
-        if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
-            raise ConfigError(f"{where}: {key} = {token_id!r} is not a token id")
-        special_tokens[name] = tokens[token_id]
-
-    added: dict[str, tuple[int, bool]] = {}  # content -> (id, special)
-    for token, token_type in zip(tokens, token_types):
-        if token_type == CONTROL_TOKEN and _in_alphabet(token):
-            added.setdefault(token, (vocab[token], True))
-    for token, token_type in zip(tokens, token_types):
-        if token_type == USER_DEFINED_TOKEN and token in vocab:
-            added.setdefault(token, (vocab[token], False))
-    next_id = len(tokens)
-    for token in special_tokens.values():
-        if token not in added:
-            # Spelled outside the alphabet, it is not in the vocabulary: it gets a new id.
-            token_id = vocab.get(token)
-            if token_id is None:
-                token_id, next_id = next_id, next_id + 1
-            added[token] = (token_id, True)
-
+    special_tokens = _named_special_tokens(metadata, tokens, where)
+    added = _added_tokens(tokens, metadata.get("tokenizer.ggml.token_type") or [], vocab, special_tokens)
     add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", False)) and "bos_token" in special_tokens
     add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", False)) and "eos_token" in special_tokens
     pipeline = {
@@ -150,6 +117,52 @@ def tokenizer_pipeline(metadata: dict, where: str) -> tuple[dict, dict[str, str]
         },
     }
     return pipeline, special_tokens
+
+
+def _check_supported(metadata: dict, where: str) -> None:
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ConfigError(
+            f"{where}: tercet reads only byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') from a GGUF, "
+            f"not {kind!r}; serve a Hugging Face checkpoint directory instead"
+        )
+    pre = metadata.get("tokenizer.ggml.pre")
+    if pre not in GPT2_SPLIT_PRE_TOKENIZERS:
+        raise ConfigError(f"{where}: tokenizer.ggml.pre {pre!r} needs a pre-tokenizer split tercet does not know")
+
+
+def _named_special_tokens(metadata: dict, tokens: list[str], where: str) -> dict[str, str]:
+    """``bos_token`` and the others the metadata names by id, as their text."""
+    special_tokens = {}
+    for name, key in SPECIAL_TOKEN_IDS.items():
+        token_id = metadata.get(key)
+        if token_id is None:
+            continue
+        if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
+            raise ConfigError(f"{where}: {key} = {token_id!r} is not a token id")
+        special_tokens[name] = tokens[token_id]
+    return special_tokens
+
+
+def _added_tokens(tokens: list[str], token_types: list, vocab: dict[str, int],
+                  special_tokens: dict[str, str]) -> dict[str, tuple[int, bool]]:
+    """Tokens matched whole in text: ``content -> (id, special)``, as transformers' conversion adds them."""
+    added: dict[str, tuple[int, bool]] = {}
+    for token, token_type in zip(tokens, token_types):
+        if token_type == CONTROL_TOKEN and _in_alphabet(token):
+            added.setdefault(token, (vocab[token], True))
+    for token, token_type in zip(tokens, token_types):
+        if token_type == USER_DEFINED_TOKEN and token in vocab:
+            added.setdefault(token, (vocab[token], False))
+    next_id = len(tokens)
+    for token in special_tokens.values():
+        if token not in added:
+            # Spelled outside the alphabet, it is not in the vocabulary: it gets a new id.
+            token_id = vocab.get(token)
+            if token_id is None:
+                token_id, next_id = next_id, next_id + 1
+            added[token] = (token_id, True)
+    return added
 
 
 def _post_processor(special_tokens: dict, added: dict, add_bos: bool, add_eos: bool) -> dict:

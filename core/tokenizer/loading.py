@@ -53,16 +53,14 @@ def max_bytes_per_token(tokenizer) -> int | None:
         return None
     pipeline = json.loads(backend.to_str())
     model = pipeline.get("model") or {}
-    if model.get("type") != "BPE" or not _never_shrinks(pipeline.get("normalizer")):
-        return None
     pre_tokenizers = _steps(pipeline.get("pre_tokenizer"))
-    if not all(_is_lossless_split(step) for step in pre_tokenizers):
-        return None
-    if model.get("unk_token") is not None and model.get("fuse_unk") and not model.get("byte_fallback"):
-        return None  # one unknown token can stand for any run of unknown characters
     added_tokens = pipeline.get("added_tokens") or []
-    if any(token.get("lstrip") or token.get("rstrip") for token in added_tokens):
-        return None  # such a token also takes the whitespace beside it, however long
+    if not _has_a_bound(model, pipeline.get("normalizer"), pre_tokenizers, added_tokens):
+        return None
+    return _longest_spelling(model, pre_tokenizers, added_tokens)
+
+
+def _longest_spelling(model: dict, pre_tokenizers: list[dict], added_tokens: list[dict]) -> int:
     # A byte-level vocabulary spells each byte as one character; elsewhere a
     # token's text is at least as long in UTF-8 as the text it stands for
     # (a space spelled "▁" is 3 bytes for 1).
@@ -70,8 +68,19 @@ def max_bytes_per_token(tokenizer) -> int | None:
     measure = len if is_byte_level else _utf8_length
     longest = max((measure(token) for token in model.get("vocab") or {}), default=0)
     longest_added = max((_utf8_length(token["content"]) for token in added_tokens), default=0)
-    bound = max(longest, longest_added, MAX_BYTES_PER_CHARACTER if model.get("unk_token") is not None else 1)
-    return bound
+    return max(longest, longest_added, MAX_BYTES_PER_CHARACTER if model.get("unk_token") is not None else 1)
+
+
+def _has_a_bound(model: dict, normalizer: dict | None, pre_tokenizers: list[dict], added_tokens: list[dict]) -> bool:
+    """Whether no step of the pipeline can let one token stand for an unbounded run of text."""
+    if model.get("type") != "BPE" or not _never_shrinks(normalizer):
+        return False
+    if not all(_is_lossless_split(step) for step in pre_tokenizers):
+        return False
+    if model.get("unk_token") is not None and model.get("fuse_unk") and not model.get("byte_fallback"):
+        return False  # one unknown token can stand for any run of unknown characters
+    # A token that strips takes the whitespace beside it too, however long.
+    return not any(token.get("lstrip") or token.get("rstrip") for token in added_tokens)
 
 
 def _utf8_length(text: str) -> int:

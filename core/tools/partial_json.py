@@ -49,38 +49,51 @@ def scan_object(text: str, start: int = 0) -> ObjectScan:
     members: dict[str, MemberSpan] = {}
     position += 1
     while True:
-        position = _skip_whitespace(text, position)
+        step = _read_member(text, position, members)
+        if isinstance(step, ObjectScan):
+            return step
+        position = step
+
+
+def _read_member(text: str, position: int, members: dict[str, MemberSpan]) -> int | ObjectScan:
+    """Read the next member into ``members``: the position past it, or the scan's
+    answer when the object closes, breaks or is cut off here."""
+    key_start = _key_start(text, position, members)
+    if isinstance(key_start, ObjectScan):
+        return key_start
+    key_end = value_end(text, key_start)
+    if key_end is None:
+        return ObjectScan(members, None)
+    key = json.loads(text[key_start:key_end])
+    position = _skip_whitespace(text, key_end)
+    if position == len(text):
+        return ObjectScan(members, None)
+    if text[position] != ":":
+        return INVALID
+    value_start = _skip_whitespace(text, position + 1)
+    if value_start == len(text):
+        return ObjectScan(members, None)
+    end = value_end(text, value_start)
+    members[key] = MemberSpan(value_start, end)
+    return ObjectScan(members, None) if end is None else end
+
+
+def _key_start(text: str, position: int, members: dict[str, MemberSpan]) -> int | ObjectScan:
+    """Where the next member's key starts (past whitespace and a comma), or the scan's answer."""
+    position = _skip_whitespace(text, position)
+    if position == len(text):
+        return ObjectScan(members, None)
+    if text[position] == "}":
+        return ObjectScan(members, position + 1)
+    if text[position] == ",":
+        if not members:
+            return INVALID
+        position = _skip_whitespace(text, position + 1)
         if position == len(text):
             return ObjectScan(members, None)
-        if text[position] == "}":
-            return ObjectScan(members, position + 1)
-        if text[position] == ",":
-            if not members:
-                return INVALID
-            position = _skip_whitespace(text, position + 1)
-            if position == len(text):
-                return ObjectScan(members, None)
-        elif members:
-            return INVALID  # two members without a comma between
-        if text[position] != '"':
-            return INVALID
-        key_end = value_end(text, position)
-        if key_end is None:
-            return ObjectScan(members, None)
-        key = json.loads(text[position:key_end])
-        position = _skip_whitespace(text, key_end)
-        if position == len(text):
-            return ObjectScan(members, None)
-        if text[position] != ":":
-            return INVALID
-        value_start = _skip_whitespace(text, position + 1)
-        if value_start == len(text):
-            return ObjectScan(members, None)
-        end = value_end(text, value_start)
-        members[key] = MemberSpan(value_start, end)
-        if end is None:
-            return ObjectScan(members, None)
-        position = end
+    elif members:
+        return INVALID  # two members without a comma between
+    return position if text[position] == '"' else INVALID
 
 
 def value_end(text: str, start: int) -> int | None:

@@ -49,19 +49,7 @@ def _with_decoded_arguments(message: dict) -> dict:
 def _written_out(messages: list[dict], tools: list[dict] | None, parser: ToolCallParser) -> list[dict]:
     written: list[dict] = []
     for message in messages:
-        if message["role"] == "tool":
-            result = parser.result_text(message["content"])
-            if written and written[-1].get("is_tool_results"):
-                written[-1]["content"] += "\n" + result
-            else:
-                written.append({"role": "user", "content": result, "is_tool_results": True})
-            continue
-        if message.get("tool_calls"):
-            calls = [ToolCall(call["function"]["name"], call["function"]["arguments"]) for call in message["tool_calls"]]
-            content = "\n".join(part for part in (message["content"], parser.calls_text(calls)) if part)
-            written.append({"role": "assistant", "content": content})
-            continue
-        written.append({"role": message["role"], "content": message["content"]})
+        _write(message, written, parser)
     if tools:
         offer = parser.tools_prompt(list(tools))
         if written[0]["role"] == "system":
@@ -69,3 +57,19 @@ def _written_out(messages: list[dict], tools: list[dict] | None, parser: ToolCal
         else:
             written.insert(0, {"role": "system", "content": offer})
     return [{"role": m["role"], "content": m["content"]} for m in written]
+
+
+def _write(message: dict, written: list[dict], parser: ToolCallParser) -> None:
+    """Append ``message`` as plain text turns: tool results join into one user turn per run."""
+    if message["role"] == "tool":
+        result = parser.result_text(message["content"])
+        if written and written[-1].get("is_tool_results"):
+            written[-1]["content"] += "\n" + result
+        else:
+            written.append({"role": "user", "content": result, "is_tool_results": True})
+    elif message.get("tool_calls"):
+        calls = [ToolCall(call["function"]["name"], call["function"]["arguments"]) for call in message["tool_calls"]]
+        content = "\n".join(part for part in (message["content"], parser.calls_text(calls)) if part)
+        written.append({"role": "assistant", "content": content})
+    else:
+        written.append({"role": message["role"], "content": message["content"]})

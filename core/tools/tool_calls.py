@@ -22,7 +22,7 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from tercet.tools.partial_json import scan_object
+from tercet.tools.partial_json import MemberSpan, ObjectScan, scan_object
 
 # The member that holds a call's arguments; some models write "parameters".
 ARGUMENT_KEYS = ("arguments", "parameters")
@@ -85,6 +85,17 @@ def read_call_object(text: str) -> ToolCall | None:
     decoded; a call whose object closed without arguments has ``"{}"``.
     """
     scan = scan_object(text)
+    name = _call_name(scan, text)
+    if name is None:
+        return None
+    span = next((scan.members[key] for key in ARGUMENT_KEYS if key in scan.members), None)
+    if span is None:
+        return ToolCall(name, "{}" if scan.end is not None else "")
+    return ToolCall(name, _arguments_text(text, span))
+
+
+def _call_name(scan: ObjectScan, text: str) -> str | None:
+    """The call's name once it is written whole; None before, or when it is not a string."""
     if not scan.valid:
         return None
     name_span = scan.members.get("name")
@@ -94,18 +105,17 @@ def read_call_object(text: str) -> ToolCall | None:
         name = json.loads(name_span.text(text))
     except ValueError:
         return None
-    if not isinstance(name, str):
-        return None
-    span = next((scan.members[key] for key in ARGUMENT_KEYS if key in scan.members), None)
-    if span is None:
-        return ToolCall(name, "{}" if scan.end is not None else "")
+    return name if isinstance(name, str) else None
+
+
+def _arguments_text(text: str, span: MemberSpan) -> str:
     if text[span.start] in "{[":
-        return ToolCall(name, span.text(text))  # the part written so far is safe to send
+        return span.text(text)  # the part written so far is safe to send
     if span.end is None:
-        return ToolCall(name, "")  # a string or number: only usable once complete
+        return ""  # a string or number: only usable once complete
     value = span.text(text)
     try:
         decoded = json.loads(value)
     except ValueError:
-        return ToolCall(name, value)
-    return ToolCall(name, decoded if isinstance(decoded, str) else value)
+        return value
+    return decoded if isinstance(decoded, str) else value

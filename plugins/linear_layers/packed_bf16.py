@@ -43,13 +43,3 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
-
-def pack_linear_layers(model: nn.Module) -> int:
-    """Replace every ``nn.Linear`` inside ``model`` by a :class:`PackedLinear`; how many were replaced."""
-    targets = [(name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)]
-    for name, linear in targets:
-        parent_name, _, child_name = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child_name, PackedLinear(linear))
-    return len(targets)
