@@ -6,6 +6,9 @@ server from the outside: synthetic prompts of an exact token length
 (:mod:`~tercet.bench.streaming_client`) at a fixed concurrency or a Poisson
 rate (:mod:`~tercet.bench.arrivals`), summarised as throughput and latency
 percentiles (:mod:`~tercet.bench.summary`, :mod:`~tercet.bench.report`).
+``tercet bench-offline`` and ``bench-ipc`` time the engine in-process and the IPC fabric.
+
+May import: scheduler, processes, tokenizer, formats, config and the foundation modules.
 """
 
 from tercet.errors import TercetError

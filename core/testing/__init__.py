@@ -10,6 +10,8 @@ helpers can be imported from here:
   :func:`num_running`, :func:`num_waiting`, :func:`free_port`: a real server in a subprocess;
 - :func:`write_plugin_folder`: plugins a server finds by entry point without pip;
 - :func:`write_tiny_llama`: the tiny random Llama checkpoint.
+
+May import: scheduler, model, processes and everything below them (a test kit sits above them all).
 """
 
 from __future__ import annotations
