@@ -57,15 +57,14 @@ def check_methods(max_error: float) -> bool:
 
 def step_times() -> None:
     from tercet.formats.default_model import find_default_gguf
-    from tercet.model.model_runner import ModelRunner
-    from tercet.plugins.torch_native_attention import create_torch_native_backend
+    from tercet.testing.model_runners import model_runner_for
 
     prompt = [1, 504, 3458, 282, 4649, 314, 216, 12, 2343, 30, 1393, 282]
     logits = {}
     for quantization in ("auto", "none"):
-        runner = ModelRunner(
+        runner = model_runner_for(
             find_default_gguf(), dtype="bfloat16", device="cuda", quantization=quantization,
-            attention_backend_factory=create_torch_native_backend, max_total_tokens=32 * 512, max_running_requests=32,
+            max_total_tokens=32 * 512, max_running_requests=32,
         )
         rows = []
         for _ in range(32):

@@ -32,12 +32,11 @@ def per_call_seconds(function, calls: int = CALLS) -> float:
 
 def decode_step_seconds(batch_size: int, steps: int) -> float:
     from tercet.formats.default_model import find_default_gguf
-    from tercet.model.model_runner import ModelRunner
-    from tercet.plugins.torch_native_attention import create_torch_native_backend
+    from tercet.testing.model_runners import model_runner_for
     from tercet.testing.paged_greedy import PagedGreedyDriver
 
-    runner = ModelRunner(str(find_default_gguf()), attention_backend_factory=create_torch_native_backend,
-                         page_size=16, max_total_tokens=batch_size * 128, max_running_requests=batch_size)
+    runner = model_runner_for(find_default_gguf(), page_size=16, max_total_tokens=batch_size * 128,
+                              max_running_requests=batch_size)
     driver = PagedGreedyDriver(runner)
     sequences = [driver.start([(5 * i + j) % 1000 + 10 for j in range(32)]) for i in range(batch_size)]
     driver.step(None, *sequences)

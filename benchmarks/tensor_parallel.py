@@ -51,9 +51,8 @@ def timed_collectives():
 
 def run_rank(rank: int, size: int, port: int, model: str, batch_sizes, steps: int, threads: int, results) -> None:
     torch.set_num_threads(threads)
-    from tercet.model.model_runner import ModelRunner
     from tercet.model.tensor_parallel import SINGLE, TensorParallel
-    from tercet.plugins.torch_native_attention import create_torch_native_backend
+    from tercet.testing.model_runners import model_runner_for
     from tercet.testing.paged_greedy import PagedGreedyDriver
 
     spent: list[float] = []
@@ -64,9 +63,8 @@ def run_rank(rank: int, size: int, port: int, model: str, batch_sizes, steps: in
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
         spent = timed_collectives()
         tp = TensorParallel(rank, size)
-    runner = ModelRunner(model, attention_backend_factory=create_torch_native_backend, page_size=16,
-                         max_total_tokens=max(batch_sizes) * (PROMPT_LEN + steps + 32),
-                         max_running_requests=max(batch_sizes), tp=tp)
+    runner = model_runner_for(model, page_size=16, max_total_tokens=max(batch_sizes) * (PROMPT_LEN + steps + 32),
+                              max_running_requests=max(batch_sizes), tp=tp)
     figures = {}
     for batch_size in batch_sizes:
         driver = PagedGreedyDriver(runner)

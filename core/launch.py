@@ -53,7 +53,7 @@ def launch_server(config: TercetConfig) -> int:
     context = ProcessContext.create(config)
     config = resolve_model(config)
     context = dataclasses.replace(context, config=config)
-    serializer_class = context.registries.serializers.get(config.ipc.serializer)
+    serializer_class = context.chosen("serializers")
     if getattr(serializer_class, "is_trusted_only", False):
         logger.warning(
             "ipc.serializer = %r can run code chosen by anyone able to write to the IPC endpoints; "

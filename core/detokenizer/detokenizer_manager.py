@@ -61,9 +61,8 @@ class DetokenizerManager:
         self.receiver = self.io.open_receiver(port_args.detokenizer_input, self.failures)
         # A request the strategy failed on is aborted wherever it runs (abort is idempotent).
         self.senders_to_schedulers = [self.io.open_sender(endpoint) for endpoint in port_args.scheduler_inputs]
-        strategy = context.config.detokenizer.strategy
-        self.detokenizer = context.registries.detokenizers.get(strategy)(tokenizer)
-        self.strategy_plugin = context.registries.detokenizers.entries[strategy].plugin_name
+        self.detokenizer = context.chosen("detokenizers")(tokenizer)
+        self.strategy_plugin = context.chosen_plugin_name("detokenizers")
         self.started_rids: set[str] = set()
         # Requests the strategy failed on whose last output has not come yet: their outputs are dropped.
         self.failed_rids: set[str] = set()

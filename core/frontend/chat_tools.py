@@ -21,9 +21,7 @@ class ChatTools:
     @classmethod
     def create(cls, context, tokenizer, failures: ContainedFailures) -> "ChatTools":
         """The parser ``[tools] parser`` names."""
-        parsers = context.registries.tool_call_parsers
-        name = context.config.tools.parser
-        return cls(parsers.get(name)(), parsers.entries[name].plugin_name, failures,
+        return cls(context.chosen("tool_call_parsers")(), context.chosen_plugin_name("tool_call_parsers"), failures,
                    getattr(tokenizer, "chat_template", None))
 
     def conversation(self, messages: list[dict], tool_request: ToolRequest | None) -> tuple[list[dict], list | None]:

@@ -11,7 +11,6 @@ every model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -21,12 +20,12 @@ from tercet.errors import ConfigError
 from tercet.formats.checkpoint import open_checkpoint
 from tercet.formats.pooling_spec import resolve_pooling
 from tercet.model.architecture import EncoderArchitecture, choose_architecture
+from tercet.model.components import ModelComponents
 from tercet.model.kv_cache import PageAllocator, ReqToTokenPool
 from tercet.model.model_runner import describe_weights, resolve_device, resolve_dtype, return_freed_memory
 from tercet.model.pooling import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, TensorParallel
 
-_MODEL = ModelConfig()
 # Quantization values that mean "dense", which is all the encoder runs.
 DENSE_QUANTIZATIONS = ("auto", "none", "dense")
 
@@ -34,38 +33,26 @@ DENSE_QUANTIZATIONS = ("auto", "none", "dense")
 class EncoderRunner:
     can_generate = False
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        architectures: Mapping[str, Callable[[], EncoderArchitecture]],
-        dtype: str = _MODEL.dtype,
-        device: str = _MODEL.device,
-        pooling: str = _MODEL.pooling,
-        quantization: str = _MODEL.quantization,
-        tp: TensorParallel = SINGLE,
-    ):
+    def __init__(self, model: ModelConfig, components: ModelComponents, *, tp: TensorParallel = SINGLE):
         if tp.enabled:
-            raise ConfigError("parallel.tp_size > 1: tensor parallelism splits decoders only; serve an encoder with tp_size = 1")
-        if quantization not in DENSE_QUANTIZATIONS:
-            raise ConfigError(f"model.quantization {quantization!r}: an encoder-only model runs dense weights only")
-        self.checkpoint = open_checkpoint(model_path)
-        if self.checkpoint.is_gguf:
-            raise ConfigError(f"{model_path}: encoder-only models are served from checkpoint directories, not GGUF")
-        self.model_path, self.config = self.checkpoint.path, self.checkpoint.config
-        self.architectures = architectures
-        self.architecture = choose_architecture(self.config, architectures)
-        if not isinstance(self.architecture, EncoderArchitecture):
-            raise ConfigError(f"{model_path} is not an encoder-only model")
-        self.pooling = resolve_pooling(self.model_path, pooling)
+            raise ConfigError(
+                "parallel.tp_size > 1: tensor parallelism splits decoders only; serve an encoder with tp_size = 1"
+            )
+        if model.quantization not in DENSE_QUANTIZATIONS:
+            raise ConfigError(
+                f"model.quantization {model.quantization!r}: an encoder-only model runs dense weights only"
+            )
+        self._open_encoder_checkpoint(model.path, components.architectures)
+        self.pooling = resolve_pooling(self.model_path, model.pooling)
         if self.pooling is None:
             raise ConfigError(
-                f"{model_path} is an encoder-only model, which only embeds, and has no pooling: it has no "
+                f"{model.path} is an encoder-only model, which only embeds, and has no pooling: it has no "
                 "sentence-transformers modules.json; set model.pooling to mean, cls or last"
             )
-        self.quantization = quantization
+        self.quantization = model.quantization
         self.tp = tp
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.device = resolve_device(model.device)
+        self.dtype = resolve_dtype(model.dtype, self.device)
         self.model, self.load_report = self.load_model(self.checkpoint)
         self.context_len = self.model.max_positions
         self.vocab_size = self.config.vocab_size
@@ -77,6 +64,17 @@ class EncoderRunner:
         self.page_allocator = PageAllocator(0)
         self.req_to_token_pool = ReqToTokenPool(0, 1, self.device)
         self.kv_cache = None
+
+    def _open_encoder_checkpoint(self, model_path: str | Path, architectures) -> None:
+        """The checkpoint directory, and the encoder architecture its plugin registered."""
+        self.checkpoint = open_checkpoint(model_path)
+        if self.checkpoint.is_gguf:
+            raise ConfigError(f"{model_path}: encoder-only models are served from checkpoint directories, not GGUF")
+        self.model_path, self.config = self.checkpoint.path, self.checkpoint.config
+        self.architectures = architectures
+        self.architecture = choose_architecture(self.config, architectures)
+        if not isinstance(self.architecture, EncoderArchitecture):
+            raise ConfigError(f"{model_path} is not an encoder-only model")
 
     def load_model(self, checkpoint):
         model = self.architecture.create(checkpoint.config, self.dtype, self.device)

@@ -10,30 +10,26 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
 from tercet.byte_size import format_byte_size, parse_byte_size
-from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig, SchedulerConfig
+from tercet.config import DTYPE_NAMES, CacheConfig, ModelConfig
 from tercet.errors import ConfigError
 from tercet.formats.checkpoint import Checkpoint, open_checkpoint
-from tercet.formats.pooling_spec import resolve_pooling
+from tercet.formats.pooling_spec import Pooling, resolve_pooling
 from tercet.formats.weight_formats import BLOCK_FORMATS
 from tercet.model.architecture import ModelArchitecture, choose_architecture
-from tercet.model.attention import AttentionBackend, AttentionLayout
+from tercet.model.components import ModelComponents
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
-from tercet.model.linear_method import LinearMethod
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.pooling import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
-# The runner's defaults are the configuration's: the limits are written once, in core/config_sections.py.
-_CACHE, _SCHEDULER, _MODEL = CacheConfig(), SchedulerConfig(), ModelConfig()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -61,75 +57,74 @@ class ModelRunner:
     can_generate = True
 
     def __init__(
-        self,
-        model_path: str | Path,
-        dtype: str = _MODEL.dtype,
-        device: str = _MODEL.device,
-        attention_backend_factory: Callable[[AttentionLayout], AttentionBackend] | None = None,
-        max_total_tokens: int | None = _CACHE.max_total_tokens,
-        page_size: int = _CACHE.page_size,
-        max_running_requests: int = _SCHEDULER.max_running_requests,
-        quantization: str = _MODEL.quantization,
-        kv_cache_memory: str | int = _MODEL.kv_cache_memory,
-        linear_methods: Mapping[str, Callable[[], LinearMethod]] | None = None,
-        dense_from_rows: int = _MODEL.dense_from_rows,
-        tp: TensorParallel = SINGLE,
-        architectures: Mapping[str, Callable[[], ModelArchitecture]] | None = None,
-        pooling: str = _MODEL.pooling,
+        self, model: ModelConfig, cache: CacheConfig, components: ModelComponents, *,
+        max_running_requests: int, tp: TensorParallel = SINGLE,
     ):
-        if attention_backend_factory is None:
-            raise ConfigError("ModelRunner needs an attention backend factory (see [attention] backend)")
+        self._open_decoder_checkpoint(model.path, components.architectures)
+        self.quantization = model.quantization
+        self.linear_methods = LinearMethodChoice.from_quantization(
+            model.quantization, components.linear_methods, model.dense_from_rows
+        )
+        self.device = resolve_device(model.device)
+        quantized = _runs_quantized(self.checkpoint, self.linear_methods)
+        self.dtype = resolve_dtype(model.dtype, self.device, quantized=quantized)
+        self.tp = tp
+        shape = self.architecture.shape(self.config)
+        shards = LlamaShards.of(shape, tp)
+        self._size_kv_pool(shape, shards, cache, model.kv_cache_memory)
+        self.model, self.load_report = self.load_model(self.checkpoint)
+        self.vocab_size, self.embedding_size = shape.vocab_size, shape.hidden_size
+        self._allocate_kv_memory(shape, shards, max_running_requests)
+        self.attention_backend = components.attention_backend(self.model.attention_layout())
+        self.model.attach(self.attention_backend, self.kv_cache)
+        self.eos_token_ids = self.checkpoint.eos_token_ids()
+        # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
+        self.pooling = self._pooling_of(model.pooling)
+
+    def _open_decoder_checkpoint(self, model_path: str | Path, architectures) -> None:
+        """The checkpoint, and the decoder architecture its plugin registered, which builds and loads the model."""
         self.checkpoint = open_checkpoint(model_path)
-        self.model_path = self.checkpoint.path
-        self.config = self.checkpoint.config
-        # The plugin registered under the checkpoint's architecture builds and loads the model.
-        self.architectures = architectures if architectures is not None else _registered_architectures()
-        self.architecture = choose_architecture(self.config, self.architectures)
+        self.model_path, self.config = self.checkpoint.path, self.checkpoint.config
+        self.architectures = architectures
+        self.architecture = choose_architecture(self.config, architectures)
         if not isinstance(self.architecture, ModelArchitecture):
             raise ConfigError(f"{model_path} is an encoder-only model: it is run by tercet.model.encoder_runner")
-        self.quantization = quantization
-        self.linear_methods = LinearMethodChoice.from_quantization(
-            quantization, linear_methods if linear_methods is not None else _registered_linear_methods(),
-            dense_from_rows,
-        )
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device, quantized=_runs_quantized(self.checkpoint, self.linear_methods))
-        shape = self.architecture.shape(self.config)
-        self.tp = tp
+
+    def _size_kv_pool(
+        self, shape: LlamaShape, shards: LlamaShards, cache: CacheConfig, kv_cache_memory: str | int
+    ) -> None:
+        """Pages and tokens of the KV pool: ``cache.max_total_tokens``, or as many as the memory budget holds."""
         # With tensor parallelism a rank holds its own KV heads only: the budget is per rank, and
         # every rank sizes the pool by the largest share, so all have the same pages to schedule.
-        shards = LlamaShards.of(shape, tp)
         local_shape = dataclasses.replace(shape, num_kv_heads=shards.most_kv_heads)
-        self.page_size = page_size
+        self.page_size = cache.page_size
+        max_total_tokens = cache.max_total_tokens
         if max_total_tokens is None:
             max_total_tokens = kv_tokens_for_budget(
-                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), local_shape, self.dtype, page_size
+                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), local_shape, self.dtype, self.page_size
             )
-        self.num_pages = math.ceil(max_total_tokens / page_size)
-        self.max_total_tokens = self.num_pages * page_size
+        self.num_pages = math.ceil(max_total_tokens / self.page_size)
+        self.max_total_tokens = self.num_pages * self.page_size
         # A request can never hold more tokens than the pool, nor more than
         # the model attends over; the slot table and rotary tables need no more.
         self.context_len = min(_max_context_of(self.config), self.max_total_tokens)
 
-        self.model, self.load_report = self.load_model(self.checkpoint)
-        self.vocab_size = shape.vocab_size
-
+    def _allocate_kv_memory(self, shape: LlamaShape, shards: LlamaShards, max_running_requests: int) -> None:
+        """The paged KV cache of this rank's KV heads, its page allocator and the request → slot table."""
         self.kv_cache = PagedKVCache(
-            shape.num_layers, shards.local_kv_heads, shape.head_dim, self.num_pages, page_size, self.dtype,
+            shape.num_layers, shards.local_kv_heads, shape.head_dim, self.num_pages, self.page_size, self.dtype,
             self.device,
         )
         self.page_allocator = PageAllocator(self.num_pages)
         self.req_to_token_pool = ReqToTokenPool(max_running_requests, self.context_len, self.device)
-        self.attention_backend = attention_backend_factory(self.model.attention_layout())
-        self.model.attach(self.attention_backend, self.kv_cache)
-        self.eos_token_ids = self.checkpoint.eos_token_ids()
-        # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
-        self.pooling = resolve_pooling(self.model_path, pooling)
-        if self.pooling is not None and not hasattr(self.model, "final_hidden_states"):
+
+    def _pooling_of(self, pooling: str) -> Pooling | None:
+        spec = resolve_pooling(self.model_path, pooling)
+        if spec is not None and not hasattr(self.model, "final_hidden_states"):
             raise ConfigError(
                 f"model.pooling: the {type(self.architecture).__name__} model gives no final hidden states to pool"
             )
-        self.embedding_size = shape.hidden_size
+        return spec
 
     def load_model(self, checkpoint: Checkpoint) -> tuple[LlamaForCausalLM, LoadReport]:
         model = self.architecture.create(checkpoint.config, self.dtype, self.device, self.context_len, self.tp)
@@ -225,22 +220,6 @@ def _runs_quantized(checkpoint: Checkpoint, choice: LinearMethodChoice) -> bool:
     if choice.fixed is not None:
         return choice.fixed != "dense"
     return any(name in BLOCK_FORMATS for name in checkpoint.tensor_formats)
-
-
-def _registered_architectures() -> dict[str, Callable[[], ModelArchitecture]]:
-    """The model architectures installed plugins register (for runners built outside a server)."""
-    from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
-
-    registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).model_architectures
-    return {name: registry.get(name) for name in registry.names()}
-
-
-def _registered_linear_methods() -> dict[str, Callable[[], LinearMethod]]:
-    """The linear methods installed plugins register (for runners built outside a server)."""
-    from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
-
-    registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).linear_methods
-    return {name: registry.get(name) for name in registry.names()}
 
 
 def describe_weights(runner, kv_cache_bytes: int) -> dict:

@@ -144,25 +144,33 @@ class LlamaShards:
         if not self.tp.enabled:
             return tensor
         leaf = module.rpartition(".")[2]
-        head_dim = self.head_dim
         if leaf == "qkv_proj":
-            if part == "q":
-                start, end = self.head_span
-                return _rows(tensor, start * head_dim, (end - start) * head_dim)
-            return _cat_rows([_rows(tensor, kv_head * head_dim, head_dim) for kv_head in self.kv_heads_of()])
+            return self._attention_rows(part, tensor)
         if leaf == "gate_up_proj":
             start, end = self.intermediate_span
             return _rows(tensor, start, end - start)
         if leaf in ("o_proj", "down_proj"):
-            if kind == "bias":
-                # Summed over the ranks after the matmul: only rank 0 adds it.
-                return tensor if self.tp.rank == 0 else torch.zeros_like(_dense(tensor))
-            start, end = self.head_span if leaf == "o_proj" else self.intermediate_span
-            scale = head_dim if leaf == "o_proj" else 1
-            return _columns(tensor, start * scale, (end - start) * scale, module)
+            return self._row_parallel_part(module, leaf, tensor, kind)
         if leaf == "lm_head":
             return self.vocab_rows(tensor)
         raise ConfigError(f"no tensor-parallel split is known for layer {module!r}")
+
+    def _attention_rows(self, part: str | None, tensor):
+        """The rows of this rank's query heads (``part`` q), or of the KV heads they read (k, v)."""
+        head_dim = self.head_dim
+        if part == "q":
+            start, end = self.head_span
+            return _rows(tensor, start * head_dim, (end - start) * head_dim)
+        return _cat_rows([_rows(tensor, kv_head * head_dim, head_dim) for kv_head in self.kv_heads_of()])
+
+    def _row_parallel_part(self, module: str, leaf: str, tensor, kind: str):
+        """An output projection's input columns of this rank; its bias on rank 0 alone."""
+        if kind == "bias":
+            # Summed over the ranks after the matmul: only rank 0 adds it.
+            return tensor if self.tp.rank == 0 else torch.zeros_like(_dense(tensor))
+        start, end = self.head_span if leaf == "o_proj" else self.intermediate_span
+        scale = self.head_dim if leaf == "o_proj" else 1
+        return _columns(tensor, start * scale, (end - start) * scale, module)
 
     def vocab_rows(self, tensor):
         """This rank's vocabulary rows of the embedding or LM head, zero-padded to ``local_vocab``."""

@@ -107,59 +107,93 @@ class LoadReport:
 
 def load_weights(model: LlamaForCausalLM, checkpoint: Checkpoint, choice: LinearMethodChoice) -> LoadReport:
     """Fill ``model`` from ``checkpoint``; raise a ConfigError naming what is missing or wrong."""
-    report = LoadReport()
-    linear_shapes = _linear_shapes(model)
-    # Parts of each linear layer that have arrived: ("weight" | "bias", part) -> tensor.
-    pending: dict[str, dict[tuple[str, str | None], object]] = {}
-    parameters = {
-        name: parameter for name, parameter in model.named_parameters()
-        if name.rpartition(".")[0] not in linear_shapes
-    }
-    filled: set[str] = set()
-    embedding_weight = None
+    loading = _Loading(model, choice)
     with torch.no_grad():
         # Check every layer against a fixed method before any weight is made:
         # a misfit is found at once, not after most of the model has loaded.
-        if choice.fixed is not None:
-            for name, (out_features, in_features) in linear_shapes.items():
-                choice.method(choice.name_for(None, name)).check(out_features, in_features, _target(model, name))
+        loading.check_the_fixed_method()
         for checkpoint_name, tensor in checkpoint.tensors():
-            if checkpoint_name.endswith(IGNORED_SUFFIXES):
-                continue
-            module_name, part, kind = _place_of(checkpoint_name)
-            if module_name in linear_shapes:
-                parts = pending.setdefault(module_name, {})
-                # With tensor parallelism, only this rank's slice is kept.
-                parts[(kind, part)] = model.shards.part(module_name, part, tensor, kind)
-                if set(parts) >= _needed_parts(model, module_name):
-                    _make_linear(model, module_name, pending.pop(module_name), choice, report)
-                continue
-            if checkpoint_name == EMBEDDING:
-                embedding_weight = tensor
-                _fill_embedding(model, tensor, choice)
-            elif checkpoint_name in parameters:
-                _copy_into(parameters[checkpoint_name], checkpoint_name, _dense(tensor))
-            elif not (checkpoint_name == "lm_head.weight" and model.shape.tie_word_embeddings):
-                raise ConfigError(f"checkpoint tensor {checkpoint_name!r} has no place in the Llama model")
-            filled.add(checkpoint_name)
-        if model.shape.tie_word_embeddings and _is_placeholder(model.lm_head) and embedding_weight is not None:
-            # Tied: the head is made from the embedding's tensor, by the head's own
-            # method; a dense embedding lends its parameter, so a dense head shares it.
-            if isinstance(model.model.embed_tokens, nn.Embedding):
-                embedding_weight = model.model.embed_tokens.weight  # already this rank's rows
-            else:
-                embedding_weight = model.shards.vocab_rows(embedding_weight)
-            _make_linear(model, LM_HEAD, {("weight", None): embedding_weight}, choice, report)
-    missing = sorted(set(parameters) - filled)
-    missing += sorted(
-        f"{name} (no {', '.join(_part_name(part, kind) for kind, part in sorted(_needed_parts(model, name) - set(parts)))})"
-        for name, parts in pending.items()
-    )
-    missing += sorted(name for name in linear_shapes if name not in pending and _is_placeholder(model.get_submodule(name)))
+            if not checkpoint_name.endswith(IGNORED_SUFFIXES):
+                loading.take(checkpoint_name, tensor)
+        loading.tie_the_head()
+    missing = loading.missing()
     if missing:
         raise ConfigError(f"checkpoint {checkpoint.path} lacks weights for: {', '.join(missing)}")
-    report.weight_bytes = _weight_bytes(model)
-    return report
+    loading.report.weight_bytes = _weight_bytes(model)
+    return loading.report
+
+
+class _Loading:
+    """One load under way: the parts of each linear layer that have arrived, the other parameters filled so far."""
+
+    def __init__(self, model: LlamaForCausalLM, choice: LinearMethodChoice):
+        self.model = model
+        self.choice = choice
+        self.report = LoadReport()
+        self.linear_shapes = _linear_shapes(model)
+        # Parts of each linear layer that have arrived: ("weight" | "bias", part) -> tensor.
+        self.pending: dict[str, dict[tuple[str, str | None], object]] = {}
+        self.parameters = {
+            name: parameter for name, parameter in model.named_parameters()
+            if name.rpartition(".")[0] not in self.linear_shapes
+        }
+        self.filled: set[str] = set()
+        self.embedding_weight = None
+
+    def check_the_fixed_method(self) -> None:
+        if self.choice.fixed is None:
+            return
+        for name, (out_features, in_features) in self.linear_shapes.items():
+            method = self.choice.method(self.choice.name_for(None, name))
+            method.check(out_features, in_features, _target(self.model, name))
+
+    def take(self, checkpoint_name: str, tensor) -> None:
+        """Put one checkpoint tensor in its place (a linear layer is made once all its parts are here)."""
+        module_name, part, kind = _place_of(checkpoint_name)
+        if module_name in self.linear_shapes:
+            self.take_linear_part(module_name, part, kind, tensor)
+            return
+        if checkpoint_name == EMBEDDING:
+            self.embedding_weight = tensor
+            _fill_embedding(self.model, tensor, self.choice)
+        elif checkpoint_name in self.parameters:
+            _copy_into(self.parameters[checkpoint_name], checkpoint_name, _dense(tensor))
+        elif not (checkpoint_name == "lm_head.weight" and self.model.shape.tie_word_embeddings):
+            raise ConfigError(f"checkpoint tensor {checkpoint_name!r} has no place in the Llama model")
+        self.filled.add(checkpoint_name)
+
+    def take_linear_part(self, module_name: str, part: str | None, kind: str, tensor) -> None:
+        parts = self.pending.setdefault(module_name, {})
+        # With tensor parallelism, only this rank's slice is kept.
+        parts[(kind, part)] = self.model.shards.part(module_name, part, tensor, kind)
+        if set(parts) >= _needed_parts(self.model, module_name):
+            _make_linear(self.model, module_name, self.pending.pop(module_name), self.choice, self.report)
+
+    def tie_the_head(self) -> None:
+        """A tied LM head the checkpoint did not ship is made from the embedding's tensor, by the head's
+        own method; a dense embedding lends its parameter, so a dense head shares it."""
+        model = self.model
+        if not model.shape.tie_word_embeddings or not _is_placeholder(model.lm_head) or self.embedding_weight is None:
+            return
+        if isinstance(model.model.embed_tokens, nn.Embedding):
+            weight = model.model.embed_tokens.weight  # already this rank's rows
+        else:
+            weight = model.shards.vocab_rows(self.embedding_weight)
+        _make_linear(model, LM_HEAD, {("weight", None): weight}, self.choice, self.report)
+
+    def missing(self) -> list[str]:
+        """What the checkpoint lacked: parameters, parts of linear layers, and whole linear layers."""
+        missing = sorted(set(self.parameters) - self.filled)
+        missing += sorted(self.missing_parts(name, parts) for name, parts in self.pending.items())
+        missing += sorted(
+            name for name in self.linear_shapes
+            if name not in self.pending and _is_placeholder(self.model.get_submodule(name))
+        )
+        return missing
+
+    def missing_parts(self, name: str, parts: dict) -> str:
+        absent = sorted(_needed_parts(self.model, name) - set(parts))
+        return f"{name} (no {', '.join(_part_name(part, kind) for kind, part in absent)})"
 
 
 def _part_name(part: str | None, kind: str) -> str:
@@ -225,13 +259,22 @@ def _joined(parts: list) -> object:
     if len(parts) == 1:
         return parts[0]
     if all(isinstance(part, BlockQuantized) for part in parts):
-        best = max((part.type_name for part in parts), key=PRECISION_RANK.__getitem__)
-        return BlockQuantized.concat(
-            [part if part.type_name == best else quantize_blocks(part.dequantize(), best) for part in parts]
-        )
-    dense = [_dense(part) for part in parts]
-    common = dense[0].dtype if len({part.dtype for part in dense}) == 1 else torch.float32
-    return torch.cat([part.to(common) for part in dense])
+        return _joined_blocks(parts)
+    return _joined_dense([_dense(part) for part in parts])
+
+
+def _joined_blocks(parts: list[BlockQuantized]) -> BlockQuantized:
+    """Block-quantized parts, joined in the most precise of their formats."""
+    best = max((part.type_name for part in parts), key=PRECISION_RANK.__getitem__)
+    return BlockQuantized.concat(
+        [part if part.type_name == best else quantize_blocks(part.dequantize(), best) for part in parts]
+    )
+
+
+def _joined_dense(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Dense parts, joined in their dtype (float32 when they differ)."""
+    common = parts[0].dtype if len({part.dtype for part in parts}) == 1 else torch.float32
+    return torch.cat([part.to(common) for part in parts])
 
 
 def _dense(tensor) -> torch.Tensor:

@@ -135,14 +135,22 @@ class NamedRegistry:
         self.entries[name] = Registration(name, obj, plugin_name)
 
     def get(self, name: str) -> Any:
+        return self.registration(name).obj
+
+    def registration(self, name: str) -> Registration:
+        """What ``name`` registered and which plugin did; a ConfigError listing the names for an unknown one."""
         try:
-            return self.entries[name].obj
+            return self.entries[name]
         except KeyError:
             available = ", ".join(sorted(self.entries)) or "none"
             raise ConfigError(f"unknown {self.kind} {name!r}; available: {available}") from None
 
     def names(self) -> list[str]:
         return sorted(self.entries)
+
+    def factories(self) -> dict[str, Any]:
+        """Every registered implementation by its name, for a part that chooses among them itself."""
+        return {name: self.entries[name].obj for name in self.names()}
 
 
 def collect(plugin_manager: pluggy.PluginManager, hook_name: str, **hook_kwargs) -> NamedRegistry:
@@ -191,6 +199,12 @@ class PluginRegistries:
     def chosen(self, registry: str, config) -> Any:
         """The implementation the config names for a kind with a config key
         (None for one of the kind's ``extra_choices``, which name no registration)."""
+        registration = self.chosen_registration(registry, config)
+        return None if registration is None else registration.obj
+
+    def chosen_registration(self, registry: str, config) -> Registration | None:
+        """The registration the config names for a kind with a config key: the
+        implementation and its plugin (None for one of the kind's ``extra_choices``)."""
         kind = KINDS_BY_REGISTRY[registry]
         section, key = kind.config_key
         name = getattr(getattr(config, section), key)
@@ -200,7 +214,7 @@ class PluginRegistries:
         if name not in known.entries and kind.extra_choices:
             available = ", ".join([*kind.extra_choices, *known.names()])
             raise ConfigError(f"unknown {kind.kind} {name!r} ({section}.{key}); available: {available}")
-        return known.get(name)
+        return known.registration(name)
 
 
 def message_handlers(plugin_manager: pluggy.PluginManager, component: str) -> list[tuple[type, Callable]]:

@@ -34,8 +34,15 @@ class ProcessContext:
         return cls(config, plugin_manager, registries, MessageRegistry.from_plugin_registries(registries))
 
     def chosen(self, registry: str):
-        """The factory the config chooses for a component kind (``"scheduling_policies"``, say)."""
+        """The factory the config chooses for a component kind (``"scheduling_policies"``, say):
+        every part of tercet finds its chosen component here, and only here."""
         return self.registries.chosen(registry, self.config)
+
+    def chosen_plugin_name(self, registry: str) -> str | None:
+        """The plugin that registered :meth:`chosen`'s factory (failures are counted against it);
+        None where the config names none of the kind's registrations (``"auto"``)."""
+        registration = self.registries.chosen_registration(registry, self.config)
+        return None if registration is None else registration.plugin_name
 
     def create_serializer(self):
         return self.chosen("serializers")(self.message_registry)

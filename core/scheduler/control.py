@@ -30,7 +30,6 @@ from tercet.ipc.messages import FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
 if TYPE_CHECKING:
-    from tercet.scheduler.embeddings import EmbeddingStep
     from tercet.scheduler.grammars import GrammarCompiler
     from tercet.scheduler.kv_memory import RequestKVMemory
     from tercet.scheduler.request_queues import RequestQueues
@@ -47,7 +46,7 @@ class ControlTarget:
     """What control handlers may act on: the rank's requests, KV memory, grammars and model."""
 
     rank: int
-    # In-flight requests, pause, abort.
+    # In-flight requests and waiting embedding inputs, pause, abort.
     queues: "RequestQueues"
     # The page size and the prefix cache.
     kv_memory: "RequestKVMemory"
@@ -56,8 +55,6 @@ class ControlTarget:
     # The model: its weights' description, and reloading them.
     model_runner: object
     failures: ContainedFailures
-    # Embedding requests waiting for their step (abort_all ends them too).
-    embeddings: "EmbeddingStep | None" = None
 
     @property
     def prefix_cache(self):
@@ -125,8 +122,7 @@ def abort_all(target: ControlTarget) -> dict:
         for req in group:
             target.queues.finish(req, reason)
             victims.append(req)
-    num_embeddings = target.embeddings.abort_all(reason) if target.embeddings is not None else 0
-    return {"num_aborted": len(victims) + num_embeddings}
+    return {"num_aborted": len(victims)}
 
 
 def update_weights(target: ControlTarget, model_path: str) -> dict:

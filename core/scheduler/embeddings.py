@@ -11,27 +11,25 @@ most ``max_running_requests`` of them, and runs them in one forward.
 A decoder's forward writes K/V, so its inputs borrow table rows and pages
 from the KV memory for that forward and give them back right after; inputs
 that do not fit beside the running generations wait for a later step. An
-encoder needs no KV at all.
+encoder needs no KV at all. The inputs wait, and their results wait to be
+sent, in :class:`tercet.scheduler.request_queues.RequestQueues`, where
+aborts find them.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tercet.errors import RequestError
 from tercet.ipc.messages import BatchEmbeddingOutput, FinishReason, TokenizedEmbeddingReq
 from tercet.model_abilities import NO_POOLING
+from tercet.scheduler.req import EmbeddingReq
 
 if TYPE_CHECKING:
+    import torch
+
     from tercet.scheduler.kv_memory import RequestKVMemory
-
-
-@dataclass(frozen=True)
-class EmbeddingReq:
-    rid: str
-    input_ids: list[int]
+    from tercet.scheduler.request_queues import EmbeddingRow, RequestQueues
 
 
 def check_embedding_request(message: TokenizedEmbeddingReq, model_runner) -> None:
@@ -53,91 +51,75 @@ def check_embedding_request(message: TokenizedEmbeddingReq, model_runner) -> Non
 
 
 class EmbeddingStep:
-    def __init__(self, model_runner, kv_memory: "RequestKVMemory", timer, *, token_budget: int, max_batch_size: int):
+    def __init__(self, model_runner, kv_memory: "RequestKVMemory", queues: "RequestQueues", timer, *,
+                 token_budget: int, max_batch_size: int):
         self.model_runner = model_runner
         self.kv_memory = kv_memory
+        self.queues = queues
         self.timer = timer
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
-        self.waiting: deque[EmbeddingReq] = deque()
-        # Rows of the next BatchEmbeddingOutput: (rid, vector bytes, prompt tokens, refusal).
-        self.unsent: list[tuple[str, bytes, int, FinishReason | None]] = []
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
 
     def handle(self, message: TokenizedEmbeddingReq) -> None:
+        req = EmbeddingReq(message.rid, list(message.input_ids))
         try:
             check_embedding_request(message, self.model_runner)
         except RequestError as error:
             reason = FinishReason("abort", message=error.message, status_code=error.status_code, param=error.param)
-            self.unsent.append((message.rid, b"", len(message.input_ids), reason))
+            self.queues.end_embedding(req, refusal=reason)
             return
-        self.waiting.append(EmbeddingReq(message.rid, list(message.input_ids)))
+        self.queues.enqueue_embedding(req)
 
-    def abort(self, rid: str) -> None:
-        """Drop a waiting input (once running, it finishes within the step)."""
-        for req in [req for req in self.waiting if req.rid == rid]:
-            self.waiting.remove(req)
-            self.unsent.append((req.rid, b"", len(req.input_ids), FinishReason("abort", message="aborted")))
-
-    def abort_all(self, reason: FinishReason) -> int:
-        aborted = len(self.waiting)
-        while self.waiting:
-            req = self.waiting.popleft()
-            self.unsent.append((req.rid, b"", len(req.input_ids), reason))
-        return aborted
-
-    def take_batch(self) -> list[EmbeddingReq]:
-        """The oldest waiting inputs that fit one step (the first always does, for the token budget)."""
+    def num_fitting(self) -> int:
+        """How many of the oldest waiting inputs fit one step (the first always does, for the token budget)."""
         uses_kv = self.model_runner.can_generate
         free_rows = self.kv_memory.req_to_token_pool.num_free if uses_kv else self.max_batch_size
         free_pages = self.kv_memory.num_available_pages if uses_kv else 0
-        batch: list[EmbeddingReq] = []
-        longest = num_pages = 0
-        for req in self.waiting:
+        count = longest = num_pages = 0
+        for req in self.queues.waiting_embeddings:
             length = len(req.input_ids)
-            if batch and (len(batch) + 1) * max(longest, length) > self.token_budget:
+            if count and (count + 1) * max(longest, length) > self.token_budget:
                 break
-            if len(batch) >= min(free_rows, self.max_batch_size):
+            if count >= min(free_rows, self.max_batch_size):
                 break
             if uses_kv:
                 num_pages += self.kv_memory.pages_for(length)
                 if num_pages > free_pages:
                     break
-            batch.append(req)
+            count += 1
             longest = max(longest, length)
-        for _ in batch:
-            self.waiting.popleft()
-        return batch
+        return count
 
     def run(self) -> None:
         with self.timer.stage("schedule"):
-            batch = self.take_batch()
-        if not batch:
+            sequences = [req.input_ids for req in self.queues.waiting_embeddings[:self.num_fitting()]]
+        if not sequences:
             return
-        sequences = [req.input_ids for req in batch]
         with self.timer.stage("forward"):
-            if self.model_runner.can_generate:
-                loans = self.kv_memory.lend([len(sequence) for sequence in sequences])
-                if loans is None:  # take_batch counted what fits, so this is not expected; wait instead
-                    self.waiting.extendleft(reversed(batch))
-                    return
-                try:
-                    vectors = self.model_runner.embed(sequences, [row for row, _ in loans])
-                finally:
-                    self.kv_memory.take_back(loans)
-            else:
-                vectors = self.model_runner.embed(sequences)
+            vectors = self.embed(sequences)
+            if vectors is None:  # num_fitting counted what fits, so this is not expected; they wait instead
+                return
             # Little-endian float32, the bytes OpenAI's base64 encoding carries.
             rows = vectors.float().cpu().numpy().astype("<f4")
-        for req, row in zip(batch, rows):
-            self.unsent.append((req.rid, row.tobytes(), len(req.input_ids), None))
+        # The inputs leave the queue once embedded.
+        for req, row in zip(self.queues.take_embeddings(len(sequences)), rows):
+            self.queues.end_embedding(req, row.tobytes())
 
-    def send(self, sender) -> None:
-        if not self.unsent:
-            return
-        rows, self.unsent = self.unsent, []
-        rids, embeddings, prompt_tokens, refusals = (list(column) for column in zip(*rows))
-        sender.send(BatchEmbeddingOutput(rids, embeddings, prompt_tokens, refusals))
+    def embed(self, sequences: list[list[int]]) -> torch.Tensor | None:
+        """The pooled vectors of ``sequences``; on a decoder they borrow KV rows and pages for
+        their forward (None, with nothing run, when those are not free)."""
+        if not self.model_runner.can_generate:
+            return self.model_runner.embed(sequences)
+        loans = self.kv_memory.lend([len(sequence) for sequence in sequences])
+        if loans is None:
+            return None
+        try:
+            return self.model_runner.embed(sequences, [row for row, _ in loans])
+        finally:
+            self.kv_memory.take_back(loans)
+
+
+def send_embedding_outputs(rows: list["EmbeddingRow"], sender) -> None:
+    """One BatchEmbeddingOutput of ``rows``."""
+    rids, embeddings, prompt_tokens, refusals = (list(column) for column in zip(*rows))
+    sender.send(BatchEmbeddingOutput(rids, embeddings, prompt_tokens, refusals))

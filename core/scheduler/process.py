@@ -23,41 +23,33 @@ def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_wri
     )
 
 
+def model_components(context):
+    """The plugins' parts a model runner is built from, as this process's config chooses them."""
+    from tercet.model.components import ModelComponents
+
+    return ModelComponents(
+        attention_backend=context.chosen("attention_backends"),
+        linear_methods=context.registries.linear_methods.factories(),
+        architectures=context.registries.model_architectures.factories(),
+    )
+
+
 def build_model_runner(context, tp=None):
     """The model runner a scheduler uses, as the config describes it (``tp``: its tensor-parallel place):
     a :class:`ModelRunner` for a decoder, an :class:`EncoderRunner` for an encoder-only model."""
     from tercet.formats.checkpoint import open_checkpoint
     from tercet.model.architecture import choose_architecture
+    from tercet.model.encoder_runner import EncoderRunner
     from tercet.model.model_runner import ModelRunner
     from tercet.model.tensor_parallel import SINGLE
 
     config = context.config
     tp = SINGLE if tp is None else tp
-    linear_methods = context.registries.linear_methods
-    architectures = context.registries.model_architectures
-    architectures = {name: architectures.get(name) for name in architectures.names()}
-    if not choose_architecture(open_checkpoint(config.model.path).config, architectures).can_generate:
-        from tercet.model.encoder_runner import EncoderRunner
-
-        return EncoderRunner(
-            config.model.path, architectures, dtype=config.model.dtype, device=config.model.device,
-            pooling=config.model.pooling, quantization=config.model.quantization, tp=tp,
-        )
+    components = model_components(context)
+    if not choose_architecture(open_checkpoint(config.model.path).config, components.architectures).can_generate:
+        return EncoderRunner(config.model, components, tp=tp)
     return ModelRunner(
-        model_path=config.model.path,
-        dtype=config.model.dtype,
-        device=config.model.device,
-        attention_backend_factory=context.registries.attention_backends.get(config.attention.backend),
-        max_total_tokens=config.cache.max_total_tokens,
-        page_size=config.cache.page_size,
-        max_running_requests=config.scheduler.max_running_requests,
-        quantization=config.model.quantization,
-        kv_cache_memory=config.model.kv_cache_memory,
-        dense_from_rows=config.model.dense_from_rows,
-        linear_methods={name: linear_methods.get(name) for name in linear_methods.names()},
-        architectures=architectures,
-        tp=tp,
-        pooling=config.model.pooling,
+        config.model, config.cache, components, max_running_requests=config.scheduler.max_running_requests, tp=tp
     )
 
 

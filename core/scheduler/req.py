@@ -10,6 +10,15 @@ from tercet.sampling_params import SamplingParams
 from tercet.scheduler.request_status import RequestStatus
 
 
+@dataclass(frozen=True)
+class EmbeddingReq:
+    """An input to embed: it runs once, whole, and its final hidden states are pooled
+    (:mod:`tercet.scheduler.embeddings`)."""
+
+    rid: str
+    input_ids: list[int]
+
+
 @dataclass(eq=False)
 class Req:
     rid: str

@@ -10,6 +10,11 @@ tuples and change them only through these verbs.
 A waiting entry is a group leader: the other completions of an n > 1 request
 wait inside it (``leader.followers``) and are admitted with it. Finishing a
 request frees its KV memory and queues its last output for the next send.
+
+Embedding inputs wait here too, in a queue of their own (they hold no KV
+memory while they wait and never join the running batch: each batch runs in
+one forward, :mod:`tercet.scheduler.embeddings`); an abort finds them as it
+finds completions, and their results wait here for the next send as well.
 """
 
 from __future__ import annotations
@@ -17,17 +22,20 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from tercet.ipc.messages import FinishReason
 from tercet.metrics.latency_histogram import LatencyHistogram
-from tercet.scheduler.req import Req
+from tercet.scheduler.req import EmbeddingReq, Req
 from tercet.scheduler.request_status import RequestStatus
 
 if TYPE_CHECKING:
     from tercet.scheduler.kv_memory import RequestKVMemory
 
 logger = logging.getLogger(__name__)
+# A row of the next BatchEmbeddingOutput: (rid, vector bytes, prompt tokens, refusal).
+EmbeddingRow = tuple[str, bytes, int, FinishReason | None]
 WAITING, RUNNING, FINISHED = RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.FINISHED
 
 
@@ -50,6 +58,8 @@ class RequestQueues:
         self._num_prompt_tokens_admitted = 0
         self._num_prompt_tokens_from_cache = 0
         self._is_paused = False
+        self._waiting_embeddings: deque[EmbeddingReq] = deque()
+        self._embeddings_unsent: list[EmbeddingRow] = []
 
     # -- what is where (read only) ----------------------------------------
 
@@ -70,6 +80,15 @@ class RequestQueues:
     def num_waiting(self) -> int:
         """Completions waiting (the n of a request each count)."""
         return sum(len(leader.group) for leader in self._waiting)
+
+    @property
+    def waiting_embeddings(self) -> tuple[EmbeddingReq, ...]:
+        """Embedding inputs waiting for a step, oldest first."""
+        return tuple(self._waiting_embeddings)
+
+    @property
+    def num_waiting_embeddings(self) -> int:
+        return len(self._waiting_embeddings)
 
     @property
     def num_in_flight(self) -> int:
@@ -173,27 +192,24 @@ class RequestQueues:
         self.finish(req, reason)
 
     def abort(self, rid: str, reason: FinishReason) -> bool:
-        """End the running or waiting completion ``rid``; False when there is none here."""
-        for req in self._running:
-            if req.rid == rid:
-                self.finish(req, reason)
-                return True
-        for leader in self._waiting:
-            for req in leader.group:
-                if req.rid == rid:
-                    self.finish(req, reason)
-                    return True
-        return False
+        """End the running or waiting completion ``rid``, and any waiting embedding input ``rid``
+        (once running, an input finishes within its step); False when there is none here."""
+        found_completion = self._abort_completion(rid, reason)
+        found_embedding = self._abort_waiting_embeddings(rid, reason)
+        return found_completion or found_embedding
 
-    def abort_all(self, reason: FinishReason) -> list[Req]:
-        """End every running and waiting request; they are returned."""
+    def abort_all(self, reason: FinishReason) -> list[Req | EmbeddingReq]:
+        """End every running and waiting request, then every waiting embedding input; they are returned."""
         victims = [*self._running, *(req for leader in self._waiting for req in leader.group)]
         self._running, self._waiting = [], []
         for req in victims:
             self._become(req, FINISHED)
             req.followers, req.leader = [], None
             self._end(req, reason)
-        return victims
+        embeddings, self._waiting_embeddings = list(self._waiting_embeddings), deque()
+        for req in embeddings:
+            self.end_embedding(req, refusal=reason)
+        return [*victims, *embeddings]
 
     def fail_in_this_output(self, req: Req, reason: FinishReason) -> None:
         """``req``'s output could not be built or sent: it ends with ``reason``, which
@@ -211,6 +227,23 @@ class RequestQueues:
         ready += self._finished_unsent
         self._finished_unsent = []
         return ready
+
+    def enqueue_embedding(self, req: EmbeddingReq) -> None:
+        """An embedding input waits for a step."""
+        self._waiting_embeddings.append(req)
+
+    def take_embeddings(self, count: int) -> list[EmbeddingReq]:
+        """The ``count`` oldest waiting embedding inputs, out of the queue (their step has run them)."""
+        return [self._waiting_embeddings.popleft() for _ in range(count)]
+
+    def end_embedding(self, req: EmbeddingReq, vector: bytes = b"", refusal: FinishReason | None = None) -> None:
+        """An embedding input is done, embedded (``vector``) or not (``refusal``): it goes out with the next send."""
+        self._embeddings_unsent.append((req.rid, vector, len(req.input_ids), refusal))
+
+    def take_embedding_outputs(self) -> list[EmbeddingRow]:
+        """The embedding rows not sent yet (now taken)."""
+        rows, self._embeddings_unsent = self._embeddings_unsent, []
+        return rows
 
     def pause(self) -> None:
         self._is_paused = True
@@ -246,6 +279,25 @@ class RequestQueues:
                 del self._waiting[position]
             else:
                 self._waiting[position] = successor
+
+    def _abort_completion(self, rid: str, reason: FinishReason) -> bool:
+        for req in self._running:
+            if req.rid == rid:
+                self.finish(req, reason)
+                return True
+        for leader in self._waiting:
+            for req in leader.group:
+                if req.rid == rid:
+                    self.finish(req, reason)
+                    return True
+        return False
+
+    def _abort_waiting_embeddings(self, rid: str, reason: FinishReason) -> bool:
+        aborted = [req for req in self._waiting_embeddings if req.rid == rid]
+        for req in aborted:
+            self._waiting_embeddings.remove(req)
+            self.end_embedding(req, refusal=reason)
+        return bool(aborted)
 
     def _end(self, req: Req, reason: FinishReason) -> None:
         req.finish_reason = reason

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import secrets
 
+from tercet.config_sections import CacheConfig
 from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
@@ -35,7 +36,7 @@ from tercet.sampling_params import MAX_N, SamplingParams
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.control import ControlTarget, answer, builtin_control_handlers
-from tercet.scheduler.embeddings import EmbeddingStep
+from tercet.scheduler.embeddings import EmbeddingStep, send_embedding_outputs
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
@@ -53,6 +54,14 @@ EDGE_FROM_TOKENIZER = "edge 1 (TokenizerManager -> scheduler)"
 GRAMMAR_POLL_MS = 2
 
 
+def prefix_cache_of(model_runner, cache: CacheConfig) -> RadixCache | None:
+    """The radix prefix cache, where ``[cache] prefix_cache`` asks for one and the model has a KV pool
+    (an encoder has none to share prefixes of: tercet.model.encoder_runner)."""
+    if not (cache.prefix_cache and model_runner.can_generate):
+        return None
+    return RadixCache(model_runner.page_allocator, model_runner.page_size)
+
+
 def completion_seed(seed: int, index: int) -> int:
     """Distinct, reproducible seeds for the n completions of one request."""
     return seed if index == 0 else (seed * 1_000_003 + index) % (1 << 63)
@@ -68,48 +77,56 @@ class Scheduler:
         self.config = config
         self.rank = rank
         self.model_runner = model_runner
-        # An encoder has no KV pool to share prefixes of (tercet.model.encoder_runner).
-        has_prefix_cache = config.cache.prefix_cache and model_runner.can_generate
-        prefix_cache = RadixCache(model_runner.page_allocator, model_runner.page_size) if has_prefix_cache else None
-        self.kv_memory = RequestKVMemory(model_runner, prefix_cache)
-        self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
+        self.tp = model_runner.tp
         self.failures = ContainedFailures(f"scheduler (rank {rank})", logger)
+        self.kv_memory = RequestKVMemory(model_runner, prefix_cache_of(model_runner, config.cache))
+        self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
         # The one owner of which request is where, and of the counters about them.
         self.queues = RequestQueues(self.kv_memory)
-        policies = context.registries.scheduling_policies
-        policy = ContainedPolicy(
-            policies.get(config.scheduler.policy)(config),
-            plugin_name=policies.entries[config.scheduler.policy].plugin_name,
-            failures=self.failures,
-        )
-        self.admission = Admission(self.queues, self.kv_memory, policy, config.scheduler)
-        grammar_backends = context.registries.grammar_backends
-        # Tensor-parallel ranks must admit a constrained request at the same step:
-        # there, each step waits for the compiles it has started.
-        self.tp = model_runner.tp
-        self.grammars = GrammarCompiler(
-            lambda: grammar_backends.get(config.grammar.backend)(grammar_tokenizer(tokenizer, model_runner)),
-            config.grammar.cache_size,
-            plugin_name=grammar_backends.entries[config.grammar.backend].plugin_name,
-            wait_for_compiles=self.tp.enabled,
-        )
+        self.admission = Admission(self.queues, self.kv_memory, self._contained_policy(context), config.scheduler)
+        self.grammars = self._grammar_compiler(context, tokenizer)
         self.model_step = ModelStep(
             self.queues, self.kv_memory, model_runner, self.timer,
             stop_conditions=self.stop_conditions, failures=self.failures,
             grammar_plugin=self.grammars.plugin_name, chunked_prefill_size=config.scheduler.chunked_prefill_size,
         )
         self.embedding_step = EmbeddingStep(
-            model_runner, self.kv_memory, self.timer, token_budget=config.scheduler.chunked_prefill_size,
+            model_runner, self.kv_memory, self.queues, self.timer, token_budget=config.scheduler.chunked_prefill_size,
             max_batch_size=config.scheduler.max_running_requests,
         )
         self.control_target = ControlTarget(
-            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures, self.embedding_step
+            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures
+        )
+        self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
+        self._open_edges(port_args)
+        self.io.set_handlers(self._message_handlers())
+        self.waiting_is_stuck = False
+
+    def _contained_policy(self, context: ProcessContext) -> ContainedPolicy:
+        """The policy ``[scheduler] policy`` chooses, bypassed for a step when it fails."""
+        return ContainedPolicy(
+            context.chosen("scheduling_policies")(context.config),
+            plugin_name=context.chosen_plugin_name("scheduling_policies"),
+            failures=self.failures,
         )
 
-        self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
+    def _grammar_compiler(self, context: ProcessContext, tokenizer) -> GrammarCompiler:
+        """Compiles output constraints with the backend ``[grammar] backend`` chooses."""
+        backend = context.chosen("grammar_backends")
+        return GrammarCompiler(
+            lambda: backend(grammar_tokenizer(tokenizer, self.model_runner)),
+            context.config.grammar.cache_size,
+            plugin_name=context.chosen_plugin_name("grammar_backends"),
+            # Tensor-parallel ranks must admit a constrained request at the same step:
+            # there, each step waits for the compiles it has started.
+            wait_for_compiles=self.tp.enabled,
+        )
+
+    def _open_edges(self, port_args) -> None:
+        """The rank's three edges: its input, and its senders to the detokenizer and the TokenizerManager."""
         self.inbox = None
         if self.tp.rank == 0:
-            self.receiver = self.io.open_receiver(port_args.scheduler_inputs[rank], self.failures)
+            self.receiver = self.io.open_receiver(port_args.scheduler_inputs[self.rank], self.failures)
             self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
             # Control replies go straight back to the TokenizerManager.
             self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
@@ -120,19 +137,20 @@ class Scheduler:
             self.sender_to_detokenizer = self.sender_to_tokenizer = SilentSender()
         if self.tp.enabled:
             self.inbox = TensorParallelInbox(self.tp, self.receiver)
-        handlers = [
+
+    def _message_handlers(self) -> list[tuple[type, object]]:
+        control_handlers = [
             *builtin_control_handlers(self.control_target),
             # Plugins' handlers see a snapshot of the rank's figures, never the scheduler itself.
             *self.io.plugin_handlers(self.control_target.stats),
         ]
-        self.io.set_handlers([
+        return [
             (TokenizedGenerateReq, self.handle_generate_request),
             (TokenizedEmbeddingReq, self.embedding_step.handle),
             (AbortReq, self.handle_abort_request),
             *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
-              else (message_type, handler) for message_type, handler in handlers],
-        ])
-        self.waiting_is_stuck = False
+              else (message_type, handler) for message_type, handler in control_handlers],
+        ]
 
     @property
     def prefix_cache(self) -> RadixCache | None:
@@ -177,13 +195,14 @@ class Scheduler:
         queues = self.queues
         if queues.is_paused:
             return True
-        return not queues.running and (not queues.waiting or self.waiting_is_stuck) and not self.embedding_step.waiting
+        waiting_can_move = queues.waiting and not self.waiting_is_stuck
+        return not queues.running and not waiting_can_move and not queues.num_waiting_embeddings
 
     def run_step(self) -> None:
         if self.grammars.pending:
             self.admit_compiled_grammars()
         if not self.queues.is_paused:
-            if self.embedding_step.waiting:
+            if self.queues.num_waiting_embeddings:
                 # Embeddings first: each batch takes one forward and frees what it borrowed at once.
                 self.embedding_step.run()
             with self.timer.stage("schedule"):
@@ -294,14 +313,14 @@ class Scheduler:
         for group in self.grammars.drop({message.rid}):
             self.finish_group(group, reason)
         self.queues.abort(message.rid, reason)
-        self.embedding_step.abort(message.rid)
 
     # -- output -----------------------------------------------------------
 
     def send_outputs(self) -> None:
-        if self.embedding_step.unsent:
+        embedding_rows = self.queues.take_embedding_outputs()
+        if embedding_rows:
             with self.timer.stage("output"):
-                self.embedding_step.send(self.sender_to_detokenizer)
+                send_embedding_outputs(embedding_rows, self.sender_to_detokenizer)
         ready = self.queues.take_outputs_to_send()
         if ready:
             with self.timer.stage("output"):

@@ -6,6 +6,8 @@ helpers can be imported from here:
 
 - :func:`make_request_view`: a request as a scheduling policy receives it;
 - :func:`build_scheduler_harness` / :class:`SchedulerHarness`: a real Scheduler in-process;
+- :func:`model_runner_for`, :func:`encoder_runner_for`, :func:`installed_model_components`:
+  a model runner alone, with the installed plugins' parts;
 - :class:`RunningServer`, :data:`TINY_SETTINGS`, :func:`wait_for_ranks`,
   :func:`num_running`, :func:`num_waiting`, :func:`free_port`: a real server in a subprocess;
 - :func:`write_plugin_folder`: plugins a server finds by entry point without pip;
@@ -24,6 +26,9 @@ _MODULE_OF = {
     "make_request_view": "request_views",
     "build_scheduler_harness": "scheduler_harness",
     "SchedulerHarness": "scheduler_harness",
+    "model_runner_for": "model_runners",
+    "encoder_runner_for": "model_runners",
+    "installed_model_components": "model_runners",
     "RunningServer": "running_server",
     "TINY_SETTINGS": "running_server",
     "free_port": "running_server",

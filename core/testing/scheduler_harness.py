@@ -137,7 +137,7 @@ class SchedulerHarness:
 
     def is_idle(self) -> bool:
         scheduler = self.scheduler
-        return not (scheduler.queues.has_requests or scheduler.grammars.pending or scheduler.embedding_step.waiting)
+        return not (scheduler.queues.has_requests or scheduler.grammars.pending or scheduler.queues.num_waiting_embeddings)
 
     def run_embeddings(self, max_steps: int = 100) -> dict[str, tuple]:
         """Step until nothing runs or waits; each embedding request's ``(vector as a float32

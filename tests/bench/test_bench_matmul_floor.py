@@ -4,14 +4,12 @@ import pytest
 import torch
 
 from tercet.bench.matmul_floor import linear_layers_in_forward_order, time_matmuls, weight_bytes_per_pass
-from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])
 def model(request, tiny_llama_dir):
-    runner = ModelRunner(tiny_llama_dir, dtype=request.param, device="cpu",
-                         attention_backend_factory=create_torch_native_backend, max_total_tokens=256)
+    runner = model_runner_for(tiny_llama_dir, dtype=request.param, device="cpu", max_total_tokens=256)
     return runner.model
 
 

@@ -16,7 +16,7 @@ from transformers import LlamaConfig
 from tercet.errors import ConfigError
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 
 PROMPT = [1, 17, 300, 9000, 42, 7, 123, 5555]
 
@@ -31,10 +31,7 @@ def _config(**overrides) -> LlamaConfig:
 
 
 def _runner(path, **options) -> ModelRunner:
-    return ModelRunner(
-        path, device="cpu", attention_backend_factory=create_torch_native_backend, max_total_tokens=256,
-        page_size=16, max_running_requests=2, **options,
-    )
+    return model_runner_for(path, device="cpu", max_total_tokens=256, page_size=16, max_running_requests=2, **options)
 
 
 def _logits(runner: ModelRunner) -> torch.Tensor:
@@ -68,15 +65,12 @@ def test_quantized_weights_run_in_bfloat16_unless_asked_otherwise(tiny_gguf):
 
 
 def test_the_kv_pool_is_sized_from_its_memory_budget(tiny_gguf):
-    runner = ModelRunner(
-        tiny_gguf, device="cpu", attention_backend_factory=create_torch_native_backend, page_size=16,
-        max_running_requests=2, kv_cache_memory="1MiB",
-    )
+    runner = model_runner_for(tiny_gguf, device="cpu", page_size=16, max_running_requests=2, kv_cache_memory="1MiB")
     # bfloat16 KV: 2 (K and V) x 2 layers x 2 heads x 16 x 2 bytes = 256 bytes a token.
     assert runner.max_total_tokens == 2**20 // 256
     assert runner.kv_cache.num_bytes <= 2**20
     with pytest.raises(ConfigError, match="kv_cache_memory = 1.0 KiB holds no page"):
-        ModelRunner(tiny_gguf, device="cpu", attention_backend_factory=create_torch_native_backend, kv_cache_memory="1KiB")
+        model_runner_for(tiny_gguf, device="cpu", kv_cache_memory="1KiB")
 
 
 def test_an_unsupported_block_type_is_named_with_the_supported_ones(tmp_path):

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import shutil
 from types import SimpleNamespace
@@ -6,13 +7,12 @@ import pytest
 
 from tercet.errors import ConfigError
 from tercet.model.architecture import architecture_name, choose_architecture
-from tercet.model.model_runner import ModelRunner
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 from tercet.plugins.llama_architecture import LlamaArchitecture
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import installed_model_components, model_runner_for
 from tercet.testing.paged_greedy import greedy_tokens
 
-OPTIONS = dict(attention_backend_factory=create_torch_native_backend, max_total_tokens=256, page_size=8)
+OPTIONS = dict(max_total_tokens=256, page_size=8)
 
 
 def test_the_llama_family_is_a_registered_plugin():
@@ -41,12 +41,13 @@ def test_a_registered_architecture_serves_a_checkpoint_that_names_it(tiny_llama_
     config["architectures"] = ["AcmeForCausalLM"]
     (renamed / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="'AcmeForCausalLM' is not supported"):
-        ModelRunner(renamed, **OPTIONS)
+        model_runner_for(renamed, **OPTIONS)
 
     class Acme(LlamaArchitecture):
         pass
 
-    runner = ModelRunner(renamed, architectures={"AcmeForCausalLM": Acme}, **OPTIONS)
+    components = dataclasses.replace(installed_model_components(), architectures={"AcmeForCausalLM": Acme})
+    runner = model_runner_for(renamed, components=components, **OPTIONS)
     assert isinstance(runner.architecture, Acme)
     prompts = [[1, 2, 3], [9, 8, 7, 6]]
-    assert greedy_tokens(runner, prompts, 5) == greedy_tokens(ModelRunner(tiny_llama_dir, **OPTIONS), prompts, 5)
+    assert greedy_tokens(runner, prompts, 5) == greedy_tokens(model_runner_for(tiny_llama_dir, **OPTIONS), prompts, 5)

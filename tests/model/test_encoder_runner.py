@@ -9,20 +9,13 @@ import pytest
 import torch
 
 from tercet.errors import ConfigError
-from tercet.model.encoder_runner import EncoderRunner
 from tercet.model.tensor_parallel import TensorParallel
-from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
+from tercet.testing.model_runners import encoder_runner_for
 
 
 @pytest.fixture(scope="module")
-def architectures():
-    registry = PluginRegistries.from_plugin_manager(create_plugin_manager()).model_architectures
-    return {name: registry.get(name) for name in registry.names()}
-
-
-@pytest.fixture(scope="module")
-def runner(minilm_dir, architectures):
-    return EncoderRunner(minilm_dir, architectures)
+def runner(minilm_dir):
+    return encoder_runner_for(minilm_dir)
 
 
 def test_it_embeds_in_float32_unit_vectors_of_the_hidden_size(runner):
@@ -40,22 +33,22 @@ def test_its_kv_pool_is_empty_so_nothing_can_be_admitted_to_generate(runner):
     assert info["pooling"] == {"method": "mean", "normalize": True, "source": "modules.json"}
 
 
-def test_an_encoder_without_modules_json_needs_model_pooling(minilm_dir, architectures, tmp_path):
+def test_an_encoder_without_modules_json_needs_model_pooling(minilm_dir, tmp_path):
     bare = tmp_path / "bare"
     shutil.copytree(minilm_dir, bare)
     (bare / "modules.json").unlink()
     with pytest.raises(ConfigError, match="set model.pooling to mean, cls or last"):
-        EncoderRunner(bare, architectures)
-    assert EncoderRunner(bare, architectures, pooling="cls").pooling.method == "cls"
+        encoder_runner_for(bare)
+    assert encoder_runner_for(bare, pooling="cls").pooling.method == "cls"
 
 
 @pytest.mark.parametrize("options, message", [
     ({"quantization": "int8"}, "dense weights only"),
     ({"tp": TensorParallel(0, 2)}, "tensor parallelism splits decoders only"),
 ])
-def test_what_an_encoder_cannot_do_is_refused_at_start_up(minilm_dir, architectures, options, message):
+def test_what_an_encoder_cannot_do_is_refused_at_start_up(minilm_dir, options, message):
     with pytest.raises(ConfigError, match=message):
-        EncoderRunner(minilm_dir, architectures, **options)
+        encoder_runner_for(minilm_dir, **options)
 
 
 def test_reloading_weights_of_another_size_is_refused_and_the_old_ones_serve(runner, minilm_dir, tmp_path):
@@ -73,7 +66,7 @@ def test_reloading_weights_of_another_size_is_refused_and_the_old_ones_serve(run
     assert torch.allclose(runner.embed([[101, 102]]), before)
 
 
-def test_a_decoder_checkpoint_is_not_an_encoder(tiny_llama_dir, architectures):
+def test_a_decoder_checkpoint_is_not_an_encoder(tiny_llama_dir):
     with pytest.raises(ConfigError, match="not an encoder-only model"):
-        EncoderRunner(tiny_llama_dir, architectures)
+        encoder_runner_for(tiny_llama_dir)
     assert json.loads((tiny_llama_dir / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]

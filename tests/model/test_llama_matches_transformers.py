@@ -7,7 +7,7 @@ import torch
 
 from tercet.errors import ConfigError
 from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 from tercet.testing.paged_greedy import PagedGreedyDriver
 
 PAGE_SIZE = 4
@@ -45,13 +45,8 @@ def tokenizer(tiny_llama_dir):
 
 
 def tiny_runner(model_dir, max_total_tokens: int = 512) -> ModelRunner:
-    return ModelRunner(
-        model_dir,
-        dtype="float32",
-        device="cpu",
-        attention_backend_factory=create_torch_native_backend,
-        max_total_tokens=max_total_tokens,
-        page_size=PAGE_SIZE,
+    return model_runner_for(
+        model_dir, dtype="float32", device="cpu", max_total_tokens=max_total_tokens, page_size=PAGE_SIZE,
         max_running_requests=8,
     )
 
@@ -116,14 +111,8 @@ def test_default_model_chat_greedy_matches_transformers(default_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-    runner = ModelRunner(
-        default_model_dir,
-        dtype="float32",
-        device="cpu",
-        attention_backend_factory=create_torch_native_backend,
-        max_total_tokens=256,
-        page_size=16,
-        max_running_requests=2,
+    runner = model_runner_for(
+        default_model_dir, dtype="float32", device="cpu", max_total_tokens=256, page_size=16, max_running_requests=2
     )
     driver = PagedGreedyDriver(runner)
     sequence = driver.start(prompt)

@@ -7,11 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 
-OPTIONS = dict(attention_backend_factory=create_torch_native_backend, max_total_tokens=256, page_size=8,
-               dtype="float32")
+OPTIONS = dict(max_total_tokens=256, page_size=8, dtype="float32")
 SEQUENCES = [[1, 2, 3, 4, 5], [9, 8], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]]
 
 
@@ -29,7 +27,7 @@ def reference(model_dir, method):
 
 @pytest.mark.parametrize("method", ["mean", "last"])
 def test_pooled_final_hidden_states_match_transformers(tiny_llama_dir, method):
-    runner = ModelRunner(tiny_llama_dir, pooling=method, **OPTIONS)
+    runner = model_runner_for(tiny_llama_dir, pooling=method, **OPTIONS)
     rows = [runner.req_to_token_pool.alloc() for _ in SEQUENCES]
     for row, sequence in zip(rows, SEQUENCES):
         pages = runner.page_allocator.alloc(-(-len(sequence) // runner.page_size))
@@ -40,6 +38,6 @@ def test_pooled_final_hidden_states_match_transformers(tiny_llama_dir, method):
 
 
 def test_a_decoder_pools_only_when_configured(tiny_llama_dir):
-    runner = ModelRunner(tiny_llama_dir, **OPTIONS)
+    runner = model_runner_for(tiny_llama_dir, **OPTIONS)
     assert runner.pooling is None and runner.weights_info["pooling"] is None
     assert runner.can_generate and runner.embedding_size == runner.config.hidden_size

@@ -8,7 +8,7 @@ import torch
 from tercet.ipc.messages import TokenLogprobs
 from tercet.model.logprobs import prompt_logprobs, prompt_logprobs_of_chunk
 from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 
 PAGE_SIZE = 4
 TOP_N = 5
@@ -16,13 +16,8 @@ TOLERANCE = 1e-3
 
 
 def _runner(model_dir, max_total_tokens: int = 512) -> ModelRunner:
-    return ModelRunner(
-        model_dir,
-        dtype="float32",
-        device="cpu",
-        attention_backend_factory=create_torch_native_backend,
-        max_total_tokens=max_total_tokens,
-        page_size=PAGE_SIZE,
+    return model_runner_for(
+        model_dir, dtype="float32", device="cpu", max_total_tokens=max_total_tokens, page_size=PAGE_SIZE,
         max_running_requests=4,
     )
 

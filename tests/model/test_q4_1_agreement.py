@@ -19,7 +19,7 @@ import torch
 
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 from tercet.tokenizer.loading import load_tokenizer
 
 NUM_POSITIONS = 300
@@ -31,10 +31,9 @@ FLOAT32_TOLERANCE = 1e-3
 
 def _runner(quantization: str, dtype: str, dense_from_rows: int = 0) -> ModelRunner:
     # dense_from_rows=0 unless asked: a 300-token prompt would otherwise run on the dense copy.
-    return ModelRunner(
-        find_default_gguf(), dtype=dtype, device="cpu", quantization=quantization,
-        attention_backend_factory=create_torch_native_backend, max_total_tokens=512, page_size=16,
-        max_running_requests=2, dense_from_rows=dense_from_rows,
+    return model_runner_for(
+        find_default_gguf(), dtype=dtype, device="cpu", quantization=quantization, max_total_tokens=512,
+        page_size=16, max_running_requests=2, dense_from_rows=dense_from_rows,
     )
 
 

@@ -12,9 +12,8 @@ import torch
 from tercet.errors import ConfigError
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
 from tercet.model.llama import LlamaShape
-from tercet.model.model_runner import ModelRunner
 from tercet.model.tensor_parallel import LlamaShards, TensorParallel
-from tercet.plugins.torch_native_attention import create_torch_native_backend
+from tercet.testing.model_runners import model_runner_for
 from tercet.testing.paged_greedy import greedy_tokens
 
 PROMPTS = [[1, 2, 3, 4, 5], [100, 200, 300], [7] * 11]
@@ -89,8 +88,7 @@ def tensor_parallel_rank(rank, size, port, model_path, runner_options, results):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
     try:
-        runner = ModelRunner(model_path, attention_backend_factory=create_torch_native_backend,
-                             tp=TensorParallel(rank, size), **runner_options)
+        runner = model_runner_for(model_path, tp=TensorParallel(rank, size), **runner_options)
         results.put((rank, greedy_tokens(runner, PROMPTS, MAX_NEW_TOKENS), runner.load_report.weight_bytes))
     except BaseException as error:
         results.put((rank, repr(error), 0))
@@ -123,12 +121,8 @@ def run_ranks(size: int, model_path, runner_options: dict) -> list[tuple[list[li
 
 
 def check_tp2_equals_tp1(model_path, runner_options):
-    expected = greedy_tokens(
-        ModelRunner(model_path, attention_backend_factory=create_torch_native_backend, **runner_options),
-        PROMPTS, MAX_NEW_TOKENS,
-    )
-    single_bytes = ModelRunner(model_path, attention_backend_factory=create_torch_native_backend,
-                               **runner_options).load_report.weight_bytes
+    expected = greedy_tokens(model_runner_for(model_path, **runner_options), PROMPTS, MAX_NEW_TOKENS)
+    single_bytes = model_runner_for(model_path, **runner_options).load_report.weight_bytes
     ranks = run_ranks(2, model_path, runner_options)
     for tokens, _ in ranks:
         assert tokens == expected  # every rank samples the same tokens from the gathered logits

@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 from tercet.plugins.linear_layers.packed_bf16 import PackedLinear, can_pack
+from tercet.testing.model_runners import model_runner_for
 
 pytestmark = pytest.mark.skipif(
     not can_pack(torch.device("cpu"), torch.bfloat16), reason="this torch build has no oneDNN linear packing"
@@ -25,11 +26,9 @@ def test_float32_and_other_devices_are_not_packed():
 
 
 def _bf16_runner(model_dir):
-    from tercet.model.model_runner import ModelRunner
-    from tercet.plugins.torch_native_attention import create_torch_native_backend
-
-    return ModelRunner(model_dir, dtype="bfloat16", device="cpu", attention_backend_factory=create_torch_native_backend,
-                       max_total_tokens=256, page_size=4, max_running_requests=2)
+    return model_runner_for(
+        model_dir, dtype="bfloat16", device="cpu", max_total_tokens=256, page_size=4, max_running_requests=2
+    )
 
 
 def _prompt_logits(runner, prompt):

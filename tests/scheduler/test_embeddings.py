@@ -117,7 +117,7 @@ def test_waiting_inputs_can_be_aborted_one_or_all(make_harness):
         harness.embed(rid, [1, 2])
     harness.send(AbortReq("one"))
     harness.deliver()
-    assert [req.rid for req in harness.scheduler.embedding_step.waiting] == ["two", "three"]
+    assert [req.rid for req in harness.scheduler.queues.waiting_embeddings] == ["two", "three"]
     assert harness.control(AbortAllReq("abort-all")).data == {"num_aborted": 2}
     harness.scheduler.queues.resume()
     results = harness.run_embeddings()

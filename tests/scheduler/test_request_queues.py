@@ -6,7 +6,7 @@ import pytest
 
 from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.sampling_params import SamplingParams
-from tercet.scheduler.req import Req
+from tercet.scheduler.req import EmbeddingReq, Req
 from tercet.scheduler.request_queues import IllegalTransition, RequestQueues
 from tercet.scheduler.request_status import RequestStatus
 
@@ -208,6 +208,30 @@ def test_abort_all_ends_every_request_here(queues, memory):
     assert victims == [*running, *waiting]
     assert all(req.is_finished and not req.followers and not req.is_waiting_for_leader for req in victims)
     assert not queues.has_requests and sorted(memory.released) == ["run#0", "run#1", "wait#0", "wait#1"]
+
+
+def test_embedding_inputs_wait_oldest_first_and_leave_as_rows_to_send(queues):
+    first, second = EmbeddingReq("e1", [1, 2]), EmbeddingReq("e2", [3])
+    queues.enqueue_embedding(first)
+    queues.enqueue_embedding(second)
+    assert queues.waiting_embeddings == (first, second) and queues.num_waiting_embeddings == 2
+    # They are not completions: the generation figures and the flush check do not count them.
+    assert queues.num_waiting == 0 and queues.num_in_flight == 0 and not queues.has_requests
+    assert queues.take_embeddings(1) == [first] and queues.waiting_embeddings == (second,)
+    queues.end_embedding(first, b"vector")
+    assert queues.take_embedding_outputs() == [("e1", b"vector", 2, None)]
+    assert queues.take_embedding_outputs() == []
+
+
+def test_abort_finds_a_waiting_embedding_input_and_abort_all_ends_every_one(queues):
+    queues.enqueue_embedding(EmbeddingReq("one", [1]))
+    queues.enqueue_embedding(EmbeddingReq("two", [1, 2]))
+    (runner,) = running_group(queues, "runner")
+    assert queues.abort("one", ABORTED) and not queues.abort("one", ABORTED)
+    assert [req.rid for req in queues.waiting_embeddings] == ["two"]
+    victims = queues.abort_all(ABORTED)
+    assert [req.rid for req in victims] == ["runner", "two"] and queues.num_waiting_embeddings == 0
+    assert queues.take_embedding_outputs() == [("one", b"", 1, ABORTED), ("two", b"", 2, ABORTED)]
 
 
 def test_outputs_to_send_are_new_tokens_then_finished_requests_each_once(queues):
