@@ -53,12 +53,7 @@ def launch_server(config: TercetConfig) -> int:
     context = ProcessContext.create(config)
     config = resolve_model(config)
     context = dataclasses.replace(context, config=config)
-    serializer_class = context.chosen("serializers")
-    if getattr(serializer_class, "is_trusted_only", False):
-        logger.warning(
-            "ipc.serializer = %r can run code chosen by anyone able to write to the IPC endpoints; "
-            "use it only when every process on them is trusted", config.ipc.serializer,
-        )
+    _warn_if_the_serializer_trusts_its_peers(context)
     for removed in sweep_abandoned_runtime_dirs():
         logger.info("removed %s, left behind by a server that is gone", removed)
     port_args = PortArgs.create(context.create_transport(), dp_size=config.scheduler.dp_size)
@@ -76,25 +71,7 @@ def launch_server(config: TercetConfig) -> int:
         timeout = config.server.startup_timeout
         if topology.spans_nodes:
             hub, port_args = open_node_hub(config, topology, port_args, supervisor)
-        inputs: dict[int, str] = {}
-        for rank, workers in topology.groups_on(0).items():
-            # A data-parallel rank is tp_size processes, which only come up together.
-            group = []
-            for worker in workers:
-                heartbeat = StepHeartbeat()
-                name = scheduler_name(rank, worker.tp_rank, topology.dp_size, topology.tp_size)
-                group.append(
-                    (name, run_scheduler_process, (config, port_args, rank, heartbeat, worker.tp_rank), heartbeat)
-                )
-            reports = supervisor.start_together(group, timeout)
-            if workers[0].tp_rank == 0:
-                inputs[rank] = reports[0]["input"]
-            if rank == 0:
-                first_report = reports[0]
-        if hub is not None:
-            inputs.update(hub.wait_until_ready(timeout))
-        # The inputs as bound: a rank on another node picked its own port.
-        port_args = dataclasses.replace(port_args, scheduler_inputs=tuple(inputs[rank] for rank in range(topology.dp_size)))
+        port_args, first_report = _start_schedulers(config, topology, port_args, supervisor, hub)
         supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
         exit_code = asyncio.run(serve_api(context, port_args, supervisor, first_report["context_len"],
                                           ModelAbilities.from_dict(first_report)))
@@ -109,6 +86,41 @@ def launch_server(config: TercetConfig) -> int:
         supervisor.stop_all(timeout=STOP_GRACE_SECONDS if exit_code == 0 else FAILED_STOP_GRACE_SECONDS)
         port_args.remove_runtime_dir()
         watcher.stop()
+
+
+def _warn_if_the_serializer_trusts_its_peers(context: ProcessContext) -> None:
+    if getattr(context.chosen("serializers"), "is_trusted_only", False):
+        logger.warning(
+            "ipc.serializer = %r can run code chosen by anyone able to write to the IPC endpoints; "
+            "use it only when every process on them is trusted", context.config.ipc.serializer,
+        )
+
+
+def _start_schedulers(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor,
+                      hub: NodeHub | None) -> tuple[PortArgs, dict]:
+    """Start this node's scheduler workers, rank by rank, and wait for the other nodes' when there are any.
+
+    Returns the endpoints with every rank's input as bound (a rank on another node picked its
+    own port) and data-parallel rank 0's ready report (its context length and what the model can do)."""
+    timeout = config.server.startup_timeout
+    inputs: dict[int, str] = {}
+    first_report: dict = {}
+    for rank, workers in topology.groups_on(0).items():
+        # A data-parallel rank is tp_size processes, which only come up together.
+        group = []
+        for worker in workers:
+            heartbeat = StepHeartbeat()
+            name = scheduler_name(rank, worker.tp_rank, topology.dp_size, topology.tp_size)
+            group.append((name, run_scheduler_process, (config, port_args, rank, heartbeat, worker.tp_rank), heartbeat))
+        reports = supervisor.start_together(group, timeout)
+        if workers[0].tp_rank == 0:
+            inputs[rank] = reports[0]["input"]
+        if rank == 0:
+            first_report = reports[0]
+    if hub is not None:
+        inputs.update(hub.wait_until_ready(timeout))
+    bound = tuple(inputs[rank] for rank in range(topology.dp_size))
+    return dataclasses.replace(port_args, scheduler_inputs=bound), first_report
 
 
 def open_node_hub(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor):
@@ -156,34 +168,13 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
         health_generate_timeout=config.server.health_generate_timeout,
         max_request_body_bytes=config.server.max_request_body_bytes,
     )
-
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    exit_code = 0
     graceful_stop = GracefulStop(tokenizer_manager, config.server.shutdown_timeout, stop)
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signal_number, graceful_stop.on_signal, signal_number)
-
-    def on_child_death(name: str, reason: str) -> None:
-        nonlocal exit_code
-        exit_code = 1
-        tokenizer_manager.unhealthy_reason = f"{name} process died ({reason})"
-        # With a child dead the outputs of requests in flight will never come.
-        end_requests = (tokenizer_manager.fail_requests_in_flight,
-                        f"the server is unhealthy: {tokenizer_manager.unhealthy_reason}")
-        if config.server.on_child_failure == "unhealthy":
-            # Stay up so the failure is visible: health checks and generation answer 503.
-            logger.error(
-                "%s process died (%s); the server stays up and answers 503 (server.on_child_failure = unhealthy)",
-                name, reason,
-            )
-            _call_in_loop(loop, *end_requests)
-            return
-        logger.error("%s process died (%s); stopping the server", name, reason)
-        _call_in_loop(loop, *end_requests)
-        _call_in_loop(loop, stop.set)
-
-    supervisor.watch(on_child_death, watchdog_timeout=config.server.watchdog_timeout)
+    child_deaths = ChildDeaths(tokenizer_manager, config.server.on_child_failure, loop, stop)
+    supervisor.watch(child_deaths.on_death, watchdog_timeout=config.server.watchdog_timeout)
     context.plugin_manager.hook.tercet_startup(component="server", config=config)
     try:
         await serve_http(
@@ -195,7 +186,37 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
     finally:
         context.plugin_manager.hook.tercet_shutdown(component="server")
         tokenizer_manager.close()
-    return exit_code
+    return child_deaths.exit_code
+
+
+class ChildDeaths:
+    """What the API process does when a child dies (called on the supervisor's thread): end the
+    requests in flight, then stop the server, or stay up answering 503 (``server.on_child_failure``)."""
+
+    def __init__(self, tokenizer_manager, on_child_failure: str, loop: asyncio.AbstractEventLoop, stop: asyncio.Event):
+        self.tokenizer_manager = tokenizer_manager
+        self.stays_up = on_child_failure == "unhealthy"
+        self.loop = loop
+        self.stop = stop
+        self.exit_code = 0
+
+    def on_death(self, name: str, reason: str) -> None:
+        self.exit_code = 1
+        manager = self.tokenizer_manager
+        manager.unhealthy_reason = f"{name} process died ({reason})"
+        # With a child dead the outputs of requests in flight will never come.
+        end_requests = (manager.fail_requests_in_flight, f"the server is unhealthy: {manager.unhealthy_reason}")
+        if self.stays_up:
+            # Stay up so the failure is visible: health checks and generation answer 503.
+            logger.error(
+                "%s process died (%s); the server stays up and answers 503 (server.on_child_failure = unhealthy)",
+                name, reason,
+            )
+            _call_in_loop(self.loop, *end_requests)
+            return
+        logger.error("%s process died (%s); stopping the server", name, reason)
+        _call_in_loop(self.loop, *end_requests)
+        _call_in_loop(self.loop, self.stop.set)
 
 
 # Once requests in flight are finished or ended, the seconds hypercorn gives

@@ -44,10 +44,6 @@ class SamplingBatch:
     # Per request, how many alternatives it wants; None when no request asked for log-probabilities.
     top_logprobs_nums: list[int] | None
 
-    @property
-    def is_all_greedy(self) -> bool:
-        return not self.draws
-
     @classmethod
     def from_params(
         cls,

@@ -185,10 +185,6 @@ def _rows_of(tensor) -> int:
     return tensor.shape[0]
 
 
-def _columns_of(tensor) -> int:
-    return tensor.shape[1]
-
-
 def _dense(tensor) -> torch.Tensor:
     return tensor.dequantize() if isinstance(tensor, BlockQuantized) else tensor
 

@@ -36,10 +36,6 @@ class RequestKVMemory:
         evictable = self.prefix_cache.num_evictable_pages if self.prefix_cache else 0
         return self.page_allocator.num_free + evictable
 
-    @property
-    def has_free_row(self) -> bool:
-        return self.req_to_token_pool.num_free > 0
-
     def cached_prefix_tokens(self, req: Req) -> int:
         if self.prefix_cache is None or req.sampling_params.return_prompt_logprob:
             return 0
