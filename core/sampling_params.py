@@ -1,4 +1,4 @@
-"""Per-request sampling parameters, validated where the request enters.
+"""Per-request sampling parameters, and the one table of their ranges.
 
 Names follow SGLang's native API; the OpenAI routes map their names onto these
 (``max_tokens`` -> ``max_new_tokens``, ``logprobs``/``top_logprobs`` ->
@@ -10,14 +10,20 @@ so the two cannot drift apart. Every integer range fits in what the wire format
 carries (msgpack: 64 bits) and what the scheduler stores (int64 tensors; a seed
 up to 2**64 - 1 is folded into int64 there), so an accepted value can always be
 sent and used.
+
+A request's parameters are validated once, where they are built at the HTTP
+edge (:func:`tercet.http.openai_params.checked_sampling_params`, against the
+served vocabulary); the TokenizerManager trusts them. The scheduler validates
+what arrives on edge 1 again, since over the tcp transport anything that can
+connect can send.
 """
 
 from __future__ import annotations
 
-import reprlib
 from dataclasses import dataclass, field
 
 from tercet.errors import RequestError
+from tercet.field_checks import IntRange, NumberRange, check_non_empty_text, check_text
 
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16
@@ -30,56 +36,6 @@ UINT64_MAX = (1 << 64) - 1
 MAX_VOCAB_SIZE = INT32_MAX
 # Far past any context length (which the TokenizerManager checks), and within int32.
 MAX_TOKEN_COUNT = INT32_MAX
-
-
-@dataclass(frozen=True)
-class IntRange:
-    """The integers from ``minimum`` to ``maximum``, both included.
-
-    A field bounded by the vocabulary has ``vocab_offset``: when the vocabulary
-    size is known the maximum is ``vocab_size + vocab_offset`` instead (top_k:
-    the vocabulary size; a token id: one less).
-    """
-
-    minimum: int
-    maximum: int
-    vocab_offset: int | None = None
-
-    def maximum_for(self, vocab_size: int | None) -> int:
-        if self.vocab_offset is None or vocab_size is None:
-            return self.maximum
-        return min(self.maximum, vocab_size + self.vocab_offset)
-
-    def check(self, value, name: str, vocab_size: int | None = None, subject: str | None = None) -> None:
-        """Refuse ``value`` unless in range; the error names param ``name`` and
-        says ``subject`` (default: ``name``) "must be…"."""
-        maximum = self.maximum_for(vocab_size)
-        if not isinstance(value, int) or isinstance(value, bool) or not self.minimum <= value <= maximum:
-            raise RequestError(
-                f"{subject or name} must be an integer from {self.minimum} to {maximum}, got {shown(value)}", name
-            )
-
-
-@dataclass(frozen=True)
-class NumberRange:
-    """The numbers from ``minimum`` (excluded when ``exclusive_minimum``) to ``maximum``."""
-
-    minimum: float
-    maximum: float
-    exclusive_minimum: bool = False
-
-    def check(self, value, name: str, vocab_size: int | None = None, subject: str | None = None) -> None:
-        """As :meth:`IntRange.check` (no number range depends on the vocabulary)."""
-        subject = subject or name
-        # value != value: NaN, which passes every comparison.
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-            raise RequestError(f"{subject} must be a number, got {shown(value)}", name)
-        too_small = value <= self.minimum if self.exclusive_minimum else value < self.minimum
-        if too_small or value > self.maximum:
-            bracket = "(" if self.exclusive_minimum else "["
-            interval = f"{bracket}{self.minimum:g}, {self.maximum:g}]"
-            raise RequestError(f"{subject} must be in {interval}, got {shown(value)}", name)
-
 
 TOKEN_ID = IntRange(0, MAX_VOCAB_SIZE - 1, vocab_offset=-1)
 
@@ -151,6 +107,16 @@ class SamplingParams:
     ebnf: str | None = None
 
     def validate(self, vocab_size: int | None = None) -> None:
+        """Refuse a value outside its :data:`FIELD_RANGES` range (token ids and top_k
+        past the vocabulary too, when its size is given), bad stop strings or flags,
+        and more than one constraint, or one with what it rules out. Errors name
+        parameters the OpenAI way (:data:`OPENAI_PARAM_NAMES`)."""
+        self._check_ranges(vocab_size)
+        self._check_stop_strings()
+        self._check_flags()
+        self._check_constraint()
+
+    def _check_ranges(self, vocab_size: int | None) -> None:
         if not isinstance(self.stop_token_ids, list):
             raise RequestError("stop_token_ids must be a list of token ids", "stop_token_ids")
         if not isinstance(self.logit_bias, dict):
@@ -165,15 +131,21 @@ class SamplingParams:
             )
         for token_id in self.logit_bias:
             TOKEN_ID.check(token_id, "logit_bias", vocab_size, "each logit_bias key")
+
+    def _check_stop_strings(self) -> None:
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise RequestError("stop must be a non-empty string or a list of non-empty strings", "stop")
         if len(self.stop) > MAX_STOP_STRINGS:
             raise RequestError(f"at most {MAX_STOP_STRINGS} stop strings are allowed", "stop")
         for stop in self.stop:
             check_text(stop, "stop")
+
+    def _check_flags(self) -> None:
         for name in FLAG_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise RequestError(f"{name} must be true or false", name)
+
+    def _check_constraint(self) -> None:
         constraints = [name for name in CONSTRAINT_FIELDS if getattr(self, name) is not None]
         if len(constraints) > 1:
             raise RequestError(f"give at most one of {', '.join(CONSTRAINT_FIELDS)}; got {', '.join(constraints)}",
@@ -182,11 +154,7 @@ class SamplingParams:
             # The grammar may allow nothing but EOS before min_tokens are out.
             raise RequestError("min_tokens cannot be combined with a constrained output", "min_tokens")
         for name in constraints:
-            value = getattr(self, name)
-            param = OPENAI_PARAM_NAMES.get(name, name)
-            if not isinstance(value, str) or not value:
-                raise RequestError(f"{param} must be a non-empty string", param)
-            check_text(value, param)
+            check_non_empty_text(getattr(self, name), OPENAI_PARAM_NAMES.get(name, name))
 
     @property
     def constraint(self) -> tuple[str, str] | None:
@@ -211,33 +179,3 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
-
-
-def check_text(value: str, name: str) -> None:
-    """Refuse a string UTF-8 cannot encode.
-
-    JSON's ``"\\ud800"`` decodes to a lone surrogate, which neither msgpack nor
-    a tokenizer can take: past the parsers it would fail far from its cause.
-    """
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise RequestError(
-            f"{name} is not valid Unicode: it holds a lone surrogate {shown(value[error.start])} "
-            f"at position {error.start}",
-            name,
-        ) from None
-
-
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring = _SHOWN.maxother = 80
-
-
-def shown(value) -> str:
-    """``repr(value)`` cut short, for error messages.
-
-    A request's value can be a 16 MB string or a list nested hundreds deep
-    (where the builtin ``repr`` hits the recursion limit); this stays short and
-    cannot fail. Like ``repr``, it escapes lone surrogates.
-    """
-    return _SHOWN.repr(value)

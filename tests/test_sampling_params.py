@@ -8,17 +8,14 @@ import msgpack
 import pytest
 
 from tercet.errors import RequestError
+from tercet.field_checks import IntRange, NumberRange
 from tercet.sampling_params import (
     FIELD_RANGES,
     INT64_MIN,
     OPENAI_PARAM_NAMES,
     TOKEN_ID,
     UINT64_MAX,
-    IntRange,
-    NumberRange,
     SamplingParams,
-    check_text,
-    shown,
 )
 
 VOCAB_SIZE = 1000
@@ -95,20 +92,3 @@ def test_a_stop_string_must_be_encodable(stop):
     with pytest.raises(RequestError, match="lone surrogate") as info:
         SamplingParams(stop=stop).validate()
     assert info.value.param == "stop"
-
-
-def test_check_text_names_the_position():
-    check_text("naïve ✓", "prompt")
-    with pytest.raises(RequestError, match=r"lone surrogate '\\ud800' at position 2") as info:
-        check_text("ab\ud800", "prompt")
-    assert info.value.param == "prompt"
-
-
-def test_shown_is_short_and_cannot_fail():
-    deep = []
-    for _ in range(10_000):  # past what the builtin repr can recurse through
-        deep = [deep]
-    assert len(shown(deep)) < 100
-    assert len(shown("x" * 1_000_000)) < 100
-    assert shown("\ud800") == "'\\ud800'"
-    assert shown(21) == "21"

@@ -2,11 +2,12 @@
 
 A part of :class:`tercet.frontend.tokenizer_manager.TokenizerManager` (mixed into it),
 kept here because it is one concept of its own: it uses the manager's
-request table (``rid_to_state``), router, tokenizing threads and checks, as
-generation does. Each input is its own request (``rid#i``), tokenized and
-measured with the others before any is sent (:mod:`tercet.frontend.embedding_batch`);
-a result arrives in one piece, the vector computed and pooled in the
-scheduler and passed on by the detokenizer.
+request table (``rid_to_state``), its sending and releasing of requests,
+tokenizing threads and checks, as generation does. Each input is its own
+request (``rid#i``), tokenized and measured with the others before any is
+sent (:mod:`tercet.frontend.embedding_batch`); a result arrives in one piece,
+the vector computed and pooled in the scheduler and passed on by the
+detokenizer.
 """
 
 from __future__ import annotations
@@ -50,28 +51,22 @@ class EmbeddingRequests:
         input_ids = await self.run_off_loop(tokenize_inputs, request, self.tokenize_embedding_input)
         self.check_capacity(len(request.inputs))
         rids = input_rids(request.rid or uuid.uuid4().hex, request)
-        if any(rid in self.rid_to_state for rid in rids):
-            raise RequestError(f"request id {request.rid!r} is already in use", "rid")
+        self.check_unused(rids, request.rid)
         event = asyncio.Event()
         states = {rid: ReqState(index, event) for index, rid in enumerate(rids)}
         sent: set[str] = set()
         try:
             self.rid_to_state.update(states)
             for message in input_messages(rids, input_ids):
-                rank = self.router.send(message, [message.rid])
-                sent.add(message.rid)
-                self.metrics.started(message.rid, rank)
+                self.send_request(message, [message.rid], sent)
             while not all(state.finished for state in states.values()):
                 await event.wait()
                 event.clear()
             return [self._embedding_of(state.out_list[-1], request) for state in states.values()]
         finally:
-            for rid, state in states.items():
-                if rid in sent and not state.finished:
-                    self.abort(rid)  # the caller left: its inputs still waiting need not run
-                    self.metrics.abandoned(rid)
-                self.rid_to_state.pop(rid, None)
-                self.router.forget(rid)
+            # The caller left: its inputs still waiting need not run.
+            for rid in self.release_states(states, sent):
+                self.metrics.abandoned(rid)
 
     @staticmethod
     def _embedding_of(piece, request: EmbeddingRequest) -> EmbeddingOutput:

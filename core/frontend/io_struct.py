@@ -20,6 +20,12 @@ class GenerateRequest:
     prompts, all strings or all token-id lists, sharing everything else. Each
     runs as if sent alone (:meth:`prompt_requests`); their completions are
     numbered in OpenAI's order, ``index = prompt × n + i``.
+
+    ``sampling_params`` come validated: the HTTP routes build them through
+    :func:`tercet.http.openai_params.checked_sampling_params`, and the
+    TokenizerManager does not check them again. A caller building its own
+    validates them first (:meth:`SamplingParams.validate`); what slips past
+    is refused by the scheduler's intake, a 400 abort.
     """
 
     sampling_params: SamplingParams

@@ -24,7 +24,9 @@ from typing import AsyncIterator, Callable, TypeVar
 from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
+from tercet.field_checks import is_integer
 from tercet.frontend.chat_tools import ChatTools
+from tercet.frontend.completion_outputs import outputs_as_they_come
 from tercet.frontend.data_parallel_router import DataParallelRouter
 from tercet.frontend.embedding_requests import EmbeddingRequests
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
@@ -37,7 +39,6 @@ from tercet.ipc.messages import (
     BatchStrOutput,
     ContainedFailureReport,
     FinishReason,
-    TokenLogprobs,
     choice_rid,
 )
 from tercet.metrics.serving_metrics import ServingMetrics
@@ -157,7 +158,7 @@ class TokenizerManager(EmbeddingRequests):
         if request.input_ids is not None:
             input_ids = list(request.input_ids)
             self.check_length(len(input_ids), max_new_tokens)  # before looking at each of a million ids
-            if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < self.vocab_size for t in input_ids):
+            if not all(is_integer(t) and 0 <= t < self.vocab_size for t in input_ids):
                 raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})", "input_ids")
         elif isinstance(request.text, str):
             self.check_prompt_bytes(request.text, max_new_tokens, "prompt")
@@ -208,23 +209,25 @@ class TokenizerManager(EmbeddingRequests):
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateOutput]:
         """Outputs of every completion of the request; see :class:`GenerateOutput`.
-        A batch's prompts all pass every check before any is sent (:mod:`tercet.frontend.prompt_batch`)."""
+
+        The sampling parameters were validated where they were built (at the HTTP
+        edge, :func:`tercet.http.openai_params.checked_sampling_params`) and are
+        trusted here: only what depends on the model is checked, the prompts'
+        tokens against its vocabulary and its context length. A batch's prompts
+        all pass every check before any is sent (:mod:`tercet.frontend.prompt_batch`)."""
         if not self.abilities.can_generate:
             raise RequestError(ENCODER_CANNOT_GENERATE, "model")
-        sampling_params = request.sampling_params
-        sampling_params.validate(self.vocab_size)
         check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)
         self.check_capacity(request.num_completions)  # refuse before the work of tokenizing
         input_ids = await self.run_off_loop(tokenize_prompts, request, self.tokenize)
         # Other requests came in while this one was tokenized. From here to the
         # send nothing awaits, so these checks still hold when it is registered.
         self.check_capacity(request.num_completions)
-        n = sampling_params.n
+        n = request.sampling_params.n
         rid = request.rid or uuid.uuid4().hex
         rids = prompt_rids(rid, request)
         choices = [choice_rid(prompt_rid, index, n) for prompt_rid in rids for index in range(n)]
-        if any(choice in self.rid_to_state for choice in choices):
-            raise RequestError(f"request id {rid!r} is already in use", "rid")
+        self.check_unused(choices, rid)
         messages = prompt_messages(request, rids, input_ids)
         event = asyncio.Event()
         states = {choice: ReqState(index, event) for index, choice in enumerate(choices)}
@@ -235,42 +238,37 @@ class TokenizerManager(EmbeddingRequests):
         try:
             self.rid_to_state.update(states)
             for position, message in enumerate(messages):
-                its_choices = choices[position * n:(position + 1) * n]
-                rank = self.router.send(message, its_choices)
-                sent.update(its_choices)
-                for choice in its_choices:
-                    self.metrics.started(choice, rank)
-            async for output in self._wait_for_outputs(states, event, request.stream):
+                self.send_request(message, choices[position * n:(position + 1) * n], sent)
+            async for output in outputs_as_they_come(states, event, request.stream):
                 if output.prompt_logprobs is not None:
                     output = dataclasses.replace(output, prompt_token_ids=input_ids[output.index // n])
                 yield output
         finally:
-            for choice, state in states.items():
-                if choice in sent and not state.finished:
-                    # The caller stopped early (client gone, say): free the scheduler's work.
-                    self.abort(choice)
-                self.rid_to_state.pop(choice, None)
-                self.router.forget(choice)
+            self.release_states(states, sent)
 
-    async def _wait_for_outputs(self, states: dict[str, ReqState], event: asyncio.Event, stream: bool):
-        collected: dict[str, list[GenerateOutput]] = {choice: [] for choice in states}
-        while True:
-            await event.wait()
-            event.clear()
-            # Index 0 first, so the piece carrying the prompt's log-probabilities leads.
-            for choice, state in states.items():
-                pieces, state.out_list = state.out_list, []
-                if not stream:
-                    collected[choice].extend(pieces)
-                elif pieces:
-                    yield merge_outputs(pieces)
-            # Outputs that came in while this generator was suspended at a
-            # yield are still in out_list (with the event set): go round again.
-            if all(state.finished and not state.out_list for state in states.values()):
-                break
-        if not stream:
-            for pieces in collected.values():
-                yield merge_outputs(pieces)
+    def check_unused(self, ids: list[str], rid: str | None) -> None:
+        """Refuse a request whose completion (or input) ids are already held: its id ``rid`` is in use."""
+        if any(held in self.rid_to_state for held in ids):
+            raise RequestError(f"request id {rid!r} is already in use", "rid")
+
+    def send_request(self, message, ids: list[str], sent: set[str]) -> None:
+        """Send ``message``, the request for completions (or inputs) ``ids``, to a scheduler; ``sent`` notes them."""
+        rank = self.router.send(message, ids)
+        sent.update(ids)
+        for held in ids:
+            self.metrics.started(held, rank)
+
+    def release_states(self, states: dict[str, ReqState], sent: set[str]) -> list[str]:
+        """Drop a request's states. Those sent and not finished are aborted, their
+        caller having stopped early (client gone, say): the scheduler need not
+        finish their work. Returns the ids aborted."""
+        aborted = [held for held, state in states.items() if held in sent and not state.finished]
+        for held in aborted:
+            self.abort(held)
+        for held in states:
+            self.rid_to_state.pop(held, None)
+            self.router.forget(held)
+        return aborted
 
     def abort(self, rid: str) -> bool:
         """Abort one completion by id; False if no such request is in flight here."""
@@ -359,20 +357,6 @@ class TokenizerManager(EmbeddingRequests):
             if finish_reason is not None:
                 state.finished = True
             state.event.set()
-
-
-def merge_outputs(pieces: list[GenerateOutput]) -> GenerateOutput:
-    """Join consecutive deltas of one completion (the latest counts and finish reason win)."""
-    if len(pieces) == 1:
-        return pieces[0]
-    last = pieces[-1]
-    return dataclasses.replace(
-        last,
-        text="".join(piece.text for piece in pieces),
-        token_ids=[token for piece in pieces for token in piece.token_ids],
-        output_logprobs=TokenLogprobs.concat([piece.output_logprobs for piece in pieces]),
-        prompt_logprobs=next((p.prompt_logprobs for p in pieces if p.prompt_logprobs is not None), None),
-    )
 
 
 def _num_cpus() -> int:

@@ -10,7 +10,7 @@ those reach the template.
 from __future__ import annotations
 
 from tercet.errors import RequestError
-from tercet.sampling_params import check_text, shown
+from tercet.field_checks import check_text, shown
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
 

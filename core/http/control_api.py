@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
+from tercet.field_checks import NumberRange, check_non_empty_text, check_text
 from tercet.http.errors import read_json_object
 from tercet.ipc.control_messages import (
     AbortAllReq,
@@ -24,7 +25,6 @@ from tercet.ipc.control_messages import (
     PauseGenerationReq,
     UpdateWeightsFromDiskReq,
 )
-from tercet.sampling_params import NumberRange, check_text
 
 FLUSH_RETRY_INTERVAL = 0.05
 # Seconds a control call may be told to wait (the OpenAPI document reads it too).
@@ -77,15 +77,7 @@ async def get_server_info(request: Request, tokenizer_manager) -> Response:
 
 async def abort_request(request: Request, tokenizer_manager) -> Response:
     """``{"rid": id}`` aborts one request (all its completions); ``{"abort_all": true}`` every one."""
-    body = await read_json_object(request)
-    abort_all, rid = body.get("abort_all"), body.get("rid")
-    # Both checked before either acts: {"rid": …, "abort_all": "yes"} is refused, not read as false.
-    if abort_all is not None and not isinstance(abort_all, bool):
-        raise RequestError("abort_all must be true or false", "abort_all")
-    if rid is not None:
-        if not isinstance(rid, str) or not rid:
-            raise RequestError("rid must be a non-empty string", "rid")
-        check_text(rid, "rid")
+    abort_all, rid = _abort_target(await read_json_object(request))
     if abort_all:
         replies = await tokenizer_manager.control(AbortAllReq)
         return JSONResponse({"ok": True, "num_aborted": sum(reply.data.get("num_aborted", 0) for reply in replies)})
@@ -94,6 +86,17 @@ async def abort_request(request: Request, tokenizer_manager) -> Response:
     choices = [rid] + [choice for choice in tokenizer_manager.rank_of_rid if choice.startswith(rid + "#")]
     aborted = [choice for choice in choices if tokenizer_manager.abort(choice)]
     return JSONResponse({"ok": True, "aborted": bool(aborted)})
+
+
+def _abort_target(body: dict) -> tuple[bool, str | None]:
+    """``(abort_all, rid)``, both checked before either acts: ``{"rid": …, "abort_all": "yes"}``
+    is refused, not read as false."""
+    abort_all, rid = body.get("abort_all"), body.get("rid")
+    if abort_all is not None and not isinstance(abort_all, bool):
+        raise RequestError("abort_all must be true or false", "abort_all")
+    if rid is not None:
+        check_non_empty_text(rid, "rid")
+    return bool(abort_all), rid
 
 
 async def pause_generation(request: Request, tokenizer_manager) -> Response:

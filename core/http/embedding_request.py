@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
+from tercet.field_checks import check_text, is_integer, shown
 from tercet.frontend.io_struct import EmbeddingRequest
 from tercet.http.openai_params import parse_token_ids
 from tercet.http.openai_request import check_model
-from tercet.sampling_params import check_text, shown
 
 ENCODING_FORMATS = ("float", "base64")
 INPUT_SHAPES = "a string, a list of token ids, a list of strings or a list of token-id lists"
@@ -59,19 +59,24 @@ def parse_input(value, vocab_size: int | None) -> tuple[list[str] | list[list[in
         return [_text(value, "input")], False
     if not isinstance(value, list) or not value:
         raise RequestError(f"input must be {INPUT_SHAPES}; a list must be non-empty", "input")
-    if all(_is_integer(item) for item in value):
+    if all(is_integer(item) for item in value):
         return [list(parse_token_ids(value, "input", vocab_size))], False
+    return _input_list(value, vocab_size), True
+
+
+def _input_list(value: list, vocab_size: int | None) -> list[str] | list[list[int]]:
+    """A list of strings or of token-id lists, one input each."""
     if all(isinstance(item, str) for item in value):
-        return [_text(text, f"input[{index}]") for index, text in enumerate(value)], True
+        return [_text(text, f"input[{index}]") for index, text in enumerate(value)]
     if all(isinstance(item, list) for item in value):
-        return [list(parse_token_ids(ids, f"input[{index}]", vocab_size)) for index, ids in enumerate(value)], True
+        return [list(parse_token_ids(ids, f"input[{index}]", vocab_size)) for index, ids in enumerate(value)]
     raise RequestError(f"input must be {INPUT_SHAPES} (one list may not mix strings and token ids)", "input")
 
 
 def check_dimensions(dimensions, embedding_size: int | None) -> None:
     if dimensions is None:
         return
-    if not _is_integer(dimensions) or dimensions < 1:
+    if not is_integer(dimensions) or dimensions < 1:
         raise RequestError(f"dimensions must be a positive integer, got {shown(dimensions)}", "dimensions")
     if dimensions != embedding_size:
         raise RequestError(
@@ -86,7 +91,3 @@ def _text(text: str, name: str) -> str:
         raise RequestError(f"{name} is an empty string: there is nothing to embed", name)
     check_text(text, name)
     return text
-
-
-def _is_integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -6,7 +6,9 @@ routes (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 and SGLang's output constraints ``regex`` and ``ebnf``) are taken too, so their
 clients work unchanged. ``response_format`` is read by
 :mod:`tercet.http.structured_output`. A JSON ``null`` means "the default".
-The field parsers below are shared with ``/generate`` (:mod:`tercet.http.native_request`).
+The field parsers below, and :func:`checked_sampling_params`, the one place a
+request's :class:`SamplingParams` is built and validated, are shared with
+``/generate`` (:mod:`tercet.http.native_request`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import re
 
 from tercet.errors import RequestError
+from tercet.field_checks import is_integer, shown
 from tercet.http.structured_output import parse_response_format
-from tercet.sampling_params import FIELD_RANGES, TOKEN_ID, SamplingParams, shown
+from tercet.sampling_params import FIELD_RANGES, TOKEN_ID, SamplingParams
 
 # OpenAI field -> SamplingParams field, passed through as sent (validate checks them).
 DIRECT_FIELDS = {
@@ -51,25 +54,37 @@ def sampling_params_from_body(
     return_prompt_logprob: bool = False,
     vocab_size: int | None = None,
     param_names: dict[str, str] | None = None,
+    forced_schema: str | None = None,
 ) -> SamplingParams:
-    """Build and validate the request's sampling parameters.
+    """The request's sampling parameters, validated (:func:`checked_sampling_params`).
 
     The route has already worked out the max tokens (``max_tokens_key`` names
     the field it came from, for errors) and the log-probability switches.
     ``param_names`` renames validation errors' params to this route's fields.
+    ``forced_schema`` is a JSON Schema the route imposes (a forced tool call),
+    which ``response_format`` then may not (:mod:`tercet.http.tool_request`).
     """
     values = {target: body[source] for source, target in DIRECT_FIELDS.items() if body.get(source) is not None}
-    params = SamplingParams(
+    fields = dict(
         max_new_tokens=max_new_tokens,
         stop=parse_stop(body.get("stop")),
         logit_bias=parse_logit_bias(body.get("logit_bias")),
         return_logprob=return_logprob,
         top_logprobs_num=top_logprobs_num,
         return_prompt_logprob=return_prompt_logprob,
-        json_schema=parse_response_format(body.get("response_format")),
+        json_schema=forced_schema or parse_response_format(body.get("response_format")),
         **values,
     )
     renames = {"max_tokens": max_tokens_key, **(param_names or {})}
+    return checked_sampling_params(fields, vocab_size, renames)
+
+
+def checked_sampling_params(fields: dict, vocab_size: int | None, renames: dict[str, str]) -> SamplingParams:
+    """:class:`SamplingParams` of ``fields``, validated against :data:`FIELD_RANGES` and
+    the served vocabulary: the one validation a request's parameters get. The
+    TokenizerManager trusts what comes out. ``renames`` maps the params that
+    :meth:`SamplingParams.validate` names onto the route's own fields."""
+    params = SamplingParams(**fields)
     try:
         params.validate(vocab_size)
     except RequestError as error:
@@ -98,7 +113,7 @@ def parse_logit_bias(logit_bias) -> dict[int, float]:
     for key, bias in logit_bias.items():
         if isinstance(key, str) and INTEGER_STRING.fullmatch(key):
             parsed[int(key)] = bias
-        elif isinstance(key, int) and not isinstance(key, bool):
+        elif is_integer(key):
             parsed[key] = bias
         else:
             raise RequestError(f"logit_bias keys must be token ids such as \"50256\", got {shown(key)}", "logit_bias")

@@ -11,13 +11,13 @@ are a 400 rather than an answer that silently ignores them. ``response_format``
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tercet.errors import RequestError
+from tercet.field_checks import check_text, check_texts, is_integer, shown
 from tercet.frontend.io_struct import GenerateRequest
 from tercet.http.chat_messages import parse_messages
 from tercet.http.errors import APIError
@@ -25,12 +25,11 @@ from tercet.http.openai_params import (
     parse_flag,
     parse_token_ids,
     parse_top_logprobs,
-    renamed,
     sampling_params_from_body,
 )
 from tercet.http.tool_request import parse_tool_request
-from tercet.sampling_params import check_text, shown
 from tercet.tools.reader import ToolCallReader
+from tercet.tools.request import ToolRequest
 
 # OpenAI's default for /v1/completions; chat defaults to "as much as fits".
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -108,26 +107,36 @@ PROMPT_SHAPES = "a string, a list of token ids, a list of strings or a list of t
 def _parse_prompt(prompt, vocab_size: int | None) -> dict:
     """The prompt as :class:`GenerateRequest` fields: ``text``, ``input_ids``, or a batch's ``prompts``."""
     if isinstance(prompt, str):
-        check_text(prompt, "prompt")
-        return {"text": prompt}
+        return _one_prompt(prompt, vocab_size)
+    _check_prompt_list(prompt)
+    if all(is_integer(t) for t in prompt):
+        return _one_prompt(prompt, vocab_size)
+    if len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        # OpenAI's one-element list is that one prompt: the answer is the same.
+        return _one_prompt(prompt[0], vocab_size)
+    return {"prompts": _prompt_batch(prompt, vocab_size)}
+
+
+def _check_prompt_list(prompt) -> None:
     if prompt is None:
         raise RequestError("prompt is required", "prompt")
     if not isinstance(prompt, list) or not prompt:
         raise RequestError(f"prompt must be {PROMPT_SHAPES}; a list must be non-empty", "prompt")
-    if all(_is_integer(t) for t in prompt):
-        return {"input_ids": list(parse_token_ids(prompt, "prompt", vocab_size))}
-    if len(prompt) == 1 and isinstance(prompt[0], str):
-        # OpenAI's one-element list is that one prompt: the answer is the same.
-        check_text(prompt[0], "prompt")
-        return {"text": prompt[0]}
-    if len(prompt) == 1 and isinstance(prompt[0], list):
-        return {"input_ids": list(parse_token_ids(prompt[0], "prompt", vocab_size))}
-    if all(isinstance(p, str) for p in prompt):
-        for index, text in enumerate(prompt):
-            check_text(text, f"prompt[{index}]")
-        return {"prompts": list(prompt)}
-    if all(isinstance(p, list) for p in prompt):
-        return {"prompts": [list(parse_token_ids(ids, f"prompt[{i}]", vocab_size)) for i, ids in enumerate(prompt)]}
+
+
+def _one_prompt(prompt: str | list, vocab_size: int | None) -> dict:
+    if isinstance(prompt, str):
+        check_text(prompt, "prompt")
+        return {"text": prompt}
+    return {"input_ids": list(parse_token_ids(prompt, "prompt", vocab_size))}
+
+
+def _prompt_batch(prompts: list, vocab_size: int | None) -> list[str] | list[list[int]]:
+    if all(isinstance(p, str) for p in prompts):
+        check_texts(prompts, "prompt")
+        return list(prompts)
+    if all(isinstance(p, list) for p in prompts):
+        return [list(parse_token_ids(ids, f"prompt[{i}]", vocab_size)) for i, ids in enumerate(prompts)]
     raise RequestError(f"prompt must be {PROMPT_SHAPES} (one list may not mix strings and token ids)", "prompt")
 
 
@@ -165,48 +174,70 @@ async def parse_chat_completion_request(
     model = check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
     _refuse_unsupported_chat_fields(body)
+    tool_request = _parse_chat_tools(body, chat_tools)
+    logprobs, top_logprobs = _chat_logprob_flags(body)
+    max_tokens_key, max_tokens = _chat_max_tokens(body)
+    reserved = _reserved_tokens(max_tokens, context_len)
+    input_ids = await _chat_prompt(body, tool_request, chat_tools, tokenize_chat, reserved)
+    # A forced tool call is a constraint of its own: the schema of the one call allowed.
+    forced = tool_request if tool_request is not None and tool_request.is_forced else None
+    params = sampling_params_from_body(
+        body,
+        max_tokens_key=max_tokens_key,
+        max_new_tokens=_room_left(input_ids, context_len) if max_tokens is None else max_tokens,
+        return_logprob=logprobs,
+        top_logprobs_num=top_logprobs,
+        vocab_size=vocab_size,
+        forced_schema=forced.forced_call_schema() if forced is not None else None,
+    )
+    request_id = f"chatcmpl-{uuid.uuid4().hex}"
+    generate_request = GenerateRequest(params, input_ids=input_ids, stream=stream, rid=request_id)
+    tool_reader = chat_tools.reader(tool_request) if chat_tools is not None else None
+    constraint_field = forced.schema_field if forced is not None else "response_format"
+    return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage,
+                         tool_reader=tool_reader, constraint_field=constraint_field)
+
+
+def _parse_chat_tools(body: dict, chat_tools) -> ToolRequest | None:
     tool_request = parse_tool_request(body)
     if tool_request is not None and chat_tools is None:
         raise RequestError("tools: tool calling is not available on this server", "tools")
-    logprobs, top_logprobs = _chat_logprob_flags(body)
+    return tool_request
+
+
+def _chat_max_tokens(body: dict) -> tuple[str, object]:
+    """The field the max tokens come from, and its value as sent (None: fill the context)."""
     # max_completion_tokens is OpenAI's newer name; it wins when both are sent.
-    max_tokens_key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = body.get(max_tokens_key)
-    # A bad max_tokens is refused below, with its own message; the size check here then reserves none.
-    is_sound = isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and 0 <= max_tokens <= context_len
-    reserved = max_tokens if is_sound else 0
+    key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    return key, body.get(key)
+
+
+def _reserved_tokens(max_tokens, context_len: int) -> int:
+    """The tokens to keep free while the conversation is measured."""
+    # A bad max_tokens is refused with the sampling parameters, with its own message; none is reserved for it.
+    is_sound = is_integer(max_tokens) and 0 <= max_tokens <= context_len
+    return max_tokens if is_sound else 0
+
+
+async def _chat_prompt(body: dict, tool_request: ToolRequest | None, chat_tools, tokenize_chat, reserved: int) -> list[int]:
+    """The conversation's prompt tokens: its messages (and tools) through the chat template."""
     messages, tools, prefix = parse_messages(body.get("messages")), None, ""
     if chat_tools is not None:
         messages, tools = chat_tools.conversation(messages, tool_request)
         prefix = chat_tools.generation_prefix(tool_request)
-    input_ids = await tokenize_chat(messages, reserved, tools, prefix)
+    return await tokenize_chat(messages, reserved, tools, prefix)
+
+
+def _room_left(input_ids: list[int], context_len: int) -> int:
+    """What the context leaves for the answer, when the request does not say how much it wants."""
     room = context_len - len(input_ids)
-    if room <= 0 and max_tokens is None:
+    if room <= 0:
         raise RequestError(
             f"the conversation is {len(input_ids)} tokens, which leaves no room in the model's "
             f"context of {context_len} tokens; shorten the messages",
             "messages",
         )
-    params = sampling_params_from_body(
-        body,
-        max_tokens_key=max_tokens_key,
-        max_new_tokens=room if max_tokens is None else max_tokens,
-        return_logprob=logprobs,
-        top_logprobs_num=top_logprobs,
-        vocab_size=vocab_size,
-    )
-    if tool_request is not None and tool_request.is_forced:
-        params = dataclasses.replace(params, json_schema=tool_request.forced_call_schema())
-        try:
-            params.validate(vocab_size)  # a constraint rules out some settings (min_tokens)
-        except RequestError as error:
-            raise renamed(error, {"max_tokens": max_tokens_key}) from None
-    request_id = f"chatcmpl-{uuid.uuid4().hex}"
-    generate_request = GenerateRequest(params, input_ids=input_ids, stream=stream, rid=request_id)
-    tool_reader = chat_tools.reader(tool_request) if chat_tools is not None else None
-    constraint_field = tool_request.schema_field if tool_request is not None and tool_request.is_forced else "response_format"
-    return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage,
-                         tool_reader=tool_reader, constraint_field=constraint_field)
+    return room
 
 
 def _refuse_unsupported_chat_fields(body: dict) -> None:
@@ -228,10 +259,6 @@ def _chat_logprob_flags(body: dict) -> tuple[bool, int]:
 
 
 # -- shared ---------------------------------------------------------------------
-
-
-def _is_integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_model(body: dict, served_model_name: str) -> str:

@@ -72,11 +72,8 @@ async def completion_chunks(request: OpenAIRequest, stream: GenerationStream, st
     waiting: list[GenerateOutput] = []
     async for piece in stream:
         progress.note(piece)
-        ready, waiting = [*waiting, piece], []
+        ready, waiting = _ready_pieces([*waiting, piece], progress, waits_for_prompt)
         for ready_piece in ready:
-            if waits_for_prompt and progress.prompt_of(ready_piece.index).logprobs is None:
-                waiting.append(ready_piece)  # kept in order: its index's later pieces wait behind it
-                continue
             for chunk in _completion_piece_chunks(request, ready_piece, strings, progress, offsets, echoed):
                 yield chunk
         if progress.all_finished:
@@ -85,6 +82,20 @@ async def completion_chunks(request: OpenAIRequest, stream: GenerationStream, st
         raise RuntimeError("the server returned no prompt log-probabilities for an echo request")
     if progress.all_finished and request.include_usage:
         yield progress.usage_chunk(request, "text_completion")
+
+
+def _ready_pieces(
+    pieces: list[GenerateOutput], progress: ChoiceProgress, waits_for_prompt: bool
+) -> tuple[list[GenerateOutput], list[GenerateOutput]]:
+    """``(ready, waiting)``: a piece waits while its prompt's log-probabilities, which an
+    echo shows first, have not come; kept in order, its index's later pieces wait behind it."""
+    if not waits_for_prompt:
+        return pieces, []
+    ready, waiting = [], []
+    for piece in pieces:
+        has_prompt = progress.prompt_of(piece.index).logprobs is not None
+        (ready if has_prompt else waiting).append(piece)
+    return ready, waiting
 
 
 def _completion_piece_chunks(
@@ -125,22 +136,37 @@ async def chat_completion_chunks(
         tool_deltas = [ToolCallDeltas(request.tool_reader) for _ in range(request.n)]
     async for piece in stream:
         progress.note(piece)
-        logprobs = None
-        if request.wants_logprobs and piece.token_ids:
-            logprobs = chat_logprobs(strings, output_logprobs(piece), request.num_top_logprobs)
-        if tool_deltas is None:
-            deltas = [{"content": piece.text}] if piece.text else []
-        else:
-            deltas = tool_deltas[piece.index].add(piece.text, piece.finished)
-        if logprobs and not deltas:
-            deltas = [{"content": ""}]  # the log-probabilities of text still held back
-        for position, delta in enumerate(deltas):
-            yield chat_completion_chunk(request, piece.index, delta, logprobs if position == 0 else None)
-        if piece.finished:
-            has_calls = tool_deltas is not None and tool_deltas[piece.index].has_calls
-            finish_reason = finish_reason_with_calls(piece.finish_reason, has_calls)
-            yield chat_completion_chunk(request, piece.index, {}, None, finish_reason)
+        for chunk in _chat_piece_chunks(request, piece, strings, tool_deltas):
+            yield chunk
         if progress.all_finished:
             if request.include_usage:
                 yield progress.usage_chunk(request, "chat.completion.chunk")
             return
+
+
+def _chat_piece_chunks(
+    request: OpenAIRequest,
+    piece: GenerateOutput,
+    strings: TokenStrings | None,
+    tool_deltas: list[ToolCallDeltas] | None,
+) -> Iterator[dict]:
+    logprobs = None
+    if request.wants_logprobs and piece.token_ids:
+        logprobs = chat_logprobs(strings, output_logprobs(piece), request.num_top_logprobs)
+    for position, delta in enumerate(_chat_deltas(piece, tool_deltas, logprobs is not None)):
+        yield chat_completion_chunk(request, piece.index, delta, logprobs if position == 0 else None)
+    if piece.finished:
+        has_calls = tool_deltas is not None and tool_deltas[piece.index].has_calls
+        finish_reason = finish_reason_with_calls(piece.finish_reason, has_calls)
+        yield chat_completion_chunk(request, piece.index, {}, None, finish_reason)
+
+
+def _chat_deltas(piece: GenerateOutput, tool_deltas: list[ToolCallDeltas] | None, has_logprobs: bool) -> list[dict]:
+    """The message deltas of ``piece``: its text, or what it adds to the tool calls."""
+    if tool_deltas is None:
+        deltas = [{"content": piece.text}] if piece.text else []
+    else:
+        deltas = tool_deltas[piece.index].add(piece.text, piece.finished)
+    if has_logprobs and not deltas:
+        deltas = [{"content": ""}]  # the log-probabilities of text still held back
+    return deltas

@@ -135,21 +135,33 @@ def build_document(
     bounds prompt lists (the server's batch limit; the default configuration's
     when not given).
     """
-    health = {
-        "200": _json(object_schema({"status": {"type": "string", "enum": ["ok"]}}), "healthy"),
-        "503": _json(
-            object_schema({"status": {"type": "string", "enum": ["unhealthy"]}, "reason": {"type": "string"}}),
-            "unhealthy",
-        ),
-    }
-    model_ref = {"$ref": "#/components/schemas/Model"}
-    models = object_schema(
-        {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": model_ref}},
-        required=("object", "data"),
-    )
-    # ``minLength``: an empty id would be the path "/v1/models/", a different route.
-    model_id = {"name": "model", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
     paths = {
+        **_generation_paths(),
+        **_model_paths(),
+        **_health_paths(),
+        **_control_paths(include_update_weights),
+        **_page_paths(),
+    }
+    for path in exclude_paths:
+        paths.pop(path, None)
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "tercet",
+            "version": "1",
+            "description": "tercet's HTTP API; docs/api.md has the details.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": _schemas(max_tokens_limit, vocab_size, max_prompts),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }
+
+
+def _generation_paths() -> dict:
+    return {
         "/generate": {
             "post": _operation(
                 "generate",
@@ -183,6 +195,18 @@ def build_document(
                 _body({"$ref": "#/components/schemas/EmbeddingRequest"}),
             )
         },
+    }
+
+
+def _model_paths() -> dict:
+    model_ref = {"$ref": "#/components/schemas/Model"}
+    models = object_schema(
+        {"object": {"type": "string", "enum": ["list"]}, "data": {"type": "array", "items": model_ref}},
+        required=("object", "data"),
+    )
+    # ``minLength``: an empty id would be the path "/v1/models/", a different route.
+    model_id = {"name": "model", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+    return {
         "/v1/models": {"get": _operation("listModels", "The served model", _responses(_json(models, "the model"), "401"))},
         "/v1/models/{model}": {
             "get": {
@@ -192,6 +216,18 @@ def build_document(
                 "parameters": [model_id],
             }
         },
+    }
+
+
+def _health_paths() -> dict:
+    health = {
+        "200": _json(object_schema({"status": {"type": "string", "enum": ["ok"]}}), "healthy"),
+        "503": _json(
+            object_schema({"status": {"type": "string", "enum": ["unhealthy"]}, "reason": {"type": "string"}}),
+            "unhealthy",
+        ),
+    }
+    return {
         "/health": {"get": {**_operation("health", "Liveness; never needs the API key", health), "security": []}},
         "/health_generate": {
             "get": {
@@ -199,7 +235,12 @@ def build_document(
                 "security": [],
             }
         },
-        **_control_paths(include_update_weights),
+    }
+
+
+def _page_paths() -> dict:
+    """What is not JSON in, JSON out: the metrics, the chat page, this document."""
+    return {
         "/metrics": {
             "get": _operation("metrics", "Prometheus metrics (text exposition format)", _responses(
                 {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}, "401")),
@@ -215,29 +256,17 @@ def build_document(
             "get": _operation("openapi", "This document", _responses(_json({"type": "object"}, "the OpenAPI document"), "401"))
         },
     }
-    for path in exclude_paths:
-        paths.pop(path, None)
+
+
+def _schemas(max_tokens_limit: int | None, vocab_size: int | None, max_prompts: int) -> dict:
     return {
-        "openapi": OPENAPI_VERSION,
-        "info": {
-            "title": "tercet",
-            "version": "1",
-            "description": "tercet's HTTP API; docs/api.md has the details.",
-        },
-        "paths": paths,
-        "components": {
-            "schemas": {
-                "Error": error_schema(),
-                "Model": model_schema(),
-                "GenerateRequest": generate_request(max_tokens_limit, vocab_size, max_prompts),
-                "CompletionRequest": completion_request(max_tokens_limit, vocab_size, max_prompts),
-                "ChatCompletionRequest": chat_completion_request(max_tokens_limit, vocab_size),
-                "EmbeddingRequest": embedding_request(vocab_size, max_prompts),
-                "EmbeddingResponse": embedding_response(),
-            },
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        },
-        "security": [{"bearer": []}, {}],
+        "Error": error_schema(),
+        "Model": model_schema(),
+        "GenerateRequest": generate_request(max_tokens_limit, vocab_size, max_prompts),
+        "CompletionRequest": completion_request(max_tokens_limit, vocab_size, max_prompts),
+        "ChatCompletionRequest": chat_completion_request(max_tokens_limit, vocab_size),
+        "EmbeddingRequest": embedding_request(vocab_size, max_prompts),
+        "EmbeddingResponse": embedding_response(),
     }
 
 

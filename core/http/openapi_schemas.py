@@ -9,13 +9,14 @@ puts them into the document.
 from __future__ import annotations
 
 from tercet.config import ServerConfig
+from tercet.field_checks import IntRange, NumberRange
 from tercet.http.chat_messages import CHAT_ROLES
 from tercet.http.native_request import LOGPROB_START_LEN
 from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
 from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
 from tercet.http.structured_output import SCHEMA_NAME_PATTERN
 from tercet.http.tool_request import FUNCTION_NAME_PATTERN, TOOL_CHOICE_MODES
-from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID, IntRange, NumberRange
+from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS, TOKEN_ID
 
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
 # The longest prompt list with the default configuration; the served document has the server's own.

@@ -11,8 +11,9 @@ import dataclasses
 from starlette.requests import Request
 
 from tercet.errors import RequestError
+from tercet.field_checks import IntRange, check_text
 from tercet.frontend.io_struct import GenerateRequest
-from tercet.sampling_params import INT32_MAX, IntRange, check_text
+from tercet.sampling_params import INT32_MAX
 
 TENANT_HEADER = "x-tenant"
 MAX_TENANT_LENGTH = 256

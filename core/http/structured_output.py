@@ -20,7 +20,7 @@ import json
 import re
 
 from tercet.errors import RequestError
-from tercet.sampling_params import check_text, shown
+from tercet.field_checks import check_text, shown
 
 RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 # What json_object asks for, and json_schema without a schema.
@@ -58,23 +58,29 @@ def _json_schema_format(json_schema) -> str:
         raise RequestError(f"{where} is required when response_format.type is 'json_schema'", where)
     if not isinstance(json_schema, dict):
         raise RequestError(f"{where} must be an object with a name and a schema, got {shown(json_schema)}", where)
-    name = json_schema.get("name")
+    _check_schema_name(json_schema.get("name"), f"{where}.name")
+    _check_schema_details(json_schema, where)
+    schema = json_schema.get("schema")
+    if schema is None:
+        return ANY_JSON_OBJECT
+    return schema_text(schema, f"{where}.schema")
+
+
+def _check_schema_name(name, where: str) -> None:
     if name is None:
-        raise RequestError(f"{where}.name is required", f"{where}.name")
+        raise RequestError(f"{where} is required", where)
     if not isinstance(name, str) or not SCHEMA_NAME.fullmatch(name):
-        raise RequestError(
-            f"{where}.name must be 1 to 64 letters, digits, underscores and dashes, got {shown(name)}", f"{where}.name"
-        )
+        raise RequestError(f"{where} must be 1 to 64 letters, digits, underscores and dashes, got {shown(name)}", where)
+
+
+def _check_schema_details(json_schema: dict, where: str) -> None:
+    """``description`` and ``strict``: taken (not used), when of the right type."""
     description = json_schema.get("description")
     if description is not None and not isinstance(description, str):
         raise RequestError(f"{where}.description must be a string, got {shown(description)}", f"{where}.description")
     strict = json_schema.get("strict")
     if strict is not None and not isinstance(strict, bool):
         raise RequestError(f"{where}.strict must be true or false, got {shown(strict)}", f"{where}.strict")
-    schema = json_schema.get("schema")
-    if schema is None:
-        return ANY_JSON_OBJECT
-    return schema_text(schema, f"{where}.schema")
 
 
 def parse_native_json_schema(json_schema, param: str) -> str:

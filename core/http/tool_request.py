@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 
 from tercet.errors import RequestError
+from tercet.field_checks import check_text, shown
 from tercet.http.structured_output import schema_text
-from tercet.sampling_params import check_text, shown
 from tercet.tools.request import ToolRequest
 
 TOOL_CHOICE_MODES = ("none", "auto", "required")
@@ -115,18 +115,28 @@ def _parse_function(function, where: str) -> dict:
 
 
 def _parse_tool_choice(tool_choice, tools: list[dict]) -> tuple[str, str | None]:
+    """``(choice, the forced function's name or None)``."""
     if tool_choice is None:
         return ("auto" if tools else "none"), None
     if isinstance(tool_choice, str):
-        if tool_choice not in TOOL_CHOICE_MODES:
-            raise RequestError(
-                f"tool_choice must be one of {', '.join(map(repr, TOOL_CHOICE_MODES))} or "
-                f'{{"type": "function", "function": {{"name": ...}}}}, got {shown(tool_choice)}',
-                "tool_choice",
-            )
-        if tool_choice == "required" and not tools:
-            raise RequestError("tool_choice 'required' needs tools to call; the request sends none", "tool_choice")
-        return tool_choice, None
+        return _tool_choice_mode(tool_choice, tools), None
+    return "function", _forced_function(tool_choice, tools)
+
+
+def _tool_choice_mode(tool_choice: str, tools: list[dict]) -> str:
+    if tool_choice not in TOOL_CHOICE_MODES:
+        raise RequestError(
+            f"tool_choice must be one of {', '.join(map(repr, TOOL_CHOICE_MODES))} or "
+            f'{{"type": "function", "function": {{"name": ...}}}}, got {shown(tool_choice)}',
+            "tool_choice",
+        )
+    if tool_choice == "required" and not tools:
+        raise RequestError("tool_choice 'required' needs tools to call; the request sends none", "tool_choice")
+    return tool_choice
+
+
+def _forced_function(tool_choice, tools: list[dict]) -> str:
+    """The name of the function ``{"type": "function", "function": {"name": ...}}`` forces, one of the tools."""
     if not isinstance(tool_choice, dict) or tool_choice.get("type") != "function":
         raise RequestError(
             f'tool_choice must be a string or {{"type": "function", "function": {{"name": ...}}}}, '
@@ -144,4 +154,4 @@ def _parse_tool_choice(tool_choice, tools: list[dict]) -> tuple[str, str | None]
             f"tool_choice names the function {name!r}, which is not among the tools ({available})",
             "tool_choice.function.name",
         )
-    return "function", name
+    return name

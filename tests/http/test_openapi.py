@@ -13,11 +13,12 @@ from http_stand_in import MODEL, StandInTokenizerManager, client_for
 
 from tercet.config import ServerConfig
 from tercet.errors import RequestError
+from tercet.field_checks import IntRange
 from tercet.http import openapi
 from tercet.http.app import BUILTIN_ROUTES, create_app
 from tercet.http.native_request import parse_generate_request
 from tercet.http.openai_request import parse_completion_request
-from tercet.sampling_params import FIELD_RANGES, INT64_MIN, UINT64_MAX, IntRange
+from tercet.sampling_params import FIELD_RANGES, INT64_MIN, UINT64_MAX
 
 STAND_IN_VOCAB = StandInTokenizerManager.vocab_size
 
