@@ -57,7 +57,7 @@ def check_methods(max_error: float) -> bool:
 
 def step_times() -> None:
     from tercet.formats.default_model import find_default_gguf
-    from tercet.testing.model_runners import model_runner_for
+    from tercet.testing.runner_factory import model_runner_for
 
     prompt = [1, 504, 3458, 282, 4649, 314, 216, 12, 2343, 30, 1393, 282]
     logits = {}

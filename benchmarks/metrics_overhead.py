@@ -32,7 +32,7 @@ def per_call_seconds(function, calls: int = CALLS) -> float:
 
 def decode_step_seconds(batch_size: int, steps: int) -> float:
     from tercet.formats.default_model import find_default_gguf
-    from tercet.testing.model_runners import model_runner_for
+    from tercet.testing.runner_factory import model_runner_for
     from tercet.testing.paged_greedy import PagedGreedyDriver
 
     runner = model_runner_for(find_default_gguf(), page_size=16, max_total_tokens=batch_size * 128,

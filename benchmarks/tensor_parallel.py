@@ -52,7 +52,7 @@ def timed_collectives():
 def run_rank(rank: int, size: int, port: int, model: str, batch_sizes, steps: int, threads: int, results) -> None:
     torch.set_num_threads(threads)
     from tercet.model.tensor_parallel import SINGLE, TensorParallel
-    from tercet.testing.model_runners import model_runner_for
+    from tercet.testing.runner_factory import model_runner_for
     from tercet.testing.paged_greedy import PagedGreedyDriver
 
     spent: list[float] = []

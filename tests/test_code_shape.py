@@ -1,4 +1,4 @@
-"""The package keeps its shape: short functions, a complexity budget, a small top level.
+"""The package keeps its shape: short functions, simple blocks, a small top level.
 
 These are the limits the code was cut down to (docs/architecture.md, "The
 map"); a change that needs more says why here, in one line.
@@ -17,8 +17,8 @@ SOURCES = sorted([*(ROOT / "core").rglob("*.py"), *(ROOT / "plugins").rglob("*.p
 MAX_FUNCTION_LINES = 50
 # Functions allowed past the limit, each with the reason.
 LONG_FUNCTIONS: dict[str, str] = {}
-# Blocks of radon grade C or worse (cyclomatic complexity 11 and up) the package may hold.
-MAX_COMPLEX_BLOCKS = 19
+# Blocks of radon grade C or worse (cyclomatic complexity 11 and up) allowed, each with the reason.
+COMPLEX_BLOCKS: dict[str, str] = {}
 MAX_TOP_LEVEL_MODULES = 15
 
 
@@ -35,8 +35,8 @@ def long_functions(path: Path) -> list[tuple[str, int]]:
     ]
 
 
-def complex_blocks(path: Path) -> list[str]:
-    return [f"{_name(path, block.name)} {cc_rank(block.complexity)} ({block.complexity})"
+def complex_blocks(path: Path) -> list[tuple[str, str]]:
+    return [(_name(path, block.name), f"{cc_rank(block.complexity)} ({block.complexity})")
             for block in cc_visit(path.read_text()) if cc_rank(block.complexity) not in "AB"]
 
 
@@ -46,9 +46,10 @@ def test_no_function_is_longer_than_the_limit_without_a_reason():
     assert set(LONG_FUNCTIONS) <= set(found), "a function excused here is no longer long: drop it from the list"
 
 
-def test_the_complexity_budget_holds():
-    found = [block for path in SOURCES for block in complex_blocks(path)]
-    assert len(found) <= MAX_COMPLEX_BLOCKS, "\n".join(found)
+def test_no_block_is_more_complex_than_grade_b_without_a_reason():
+    found = dict(block for path in SOURCES for block in complex_blocks(path))
+    assert {name: grade for name, grade in found.items() if name not in COMPLEX_BLOCKS} == {}
+    assert set(COMPLEX_BLOCKS) <= set(found), "a block excused here is no longer complex: drop it from the list"
 
 
 def test_the_top_level_of_the_package_stays_small():

@@ -3,7 +3,7 @@
 It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
 ``ReqState`` per completion id until the caller has consumed the last output;
 an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
-waiting callers. Embeddings go the same way (:mod:`tercet.frontend.embedding_requests`).
+waiting callers. Embeddings go the same way (:mod:`tercet.frontend.tokenizer_embeddings`).
 
 Tokenizing and chat templating run in worker threads: a long prompt takes
 seconds to tokenize, and on the event loop those seconds would stall every
@@ -28,16 +28,17 @@ from tercet.field_checks import is_integer
 from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.completion_outputs import outputs_as_they_come
 from tercet.frontend.data_parallel_router import DataParallelRouter
-from tercet.frontend.embedding_requests import EmbeddingRequests
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.frontend.req_state import ReqState
+from tercet.frontend.tokenizer_embeddings import EmbeddingRequests
 from tercet.ipc.communicator import Communicator
 from tercet.ipc.control_messages import ControlReply, ControlRequest
 from tercet.ipc.messages import (
     BatchEmbeddingOutput,
     BatchStrOutput,
     ContainedFailureReport,
+    FinishKind,
     FinishReason,
     choice_rid,
 )
@@ -306,7 +307,7 @@ class TokenizerManager(EmbeddingRequests):
         """End every request held here with a 503 abort carrying ``message``:
         with a child dead, or the server stopping, their outputs would never
         come. Runs on the event loop."""
-        finish = FinishReason("abort", message=message, status_code=503)
+        finish = FinishReason(FinishKind.ABORT, message=message, status_code=503)
         for rid, state in list(self.rid_to_state.items()):
             if not state.finished:
                 state.out_list.append(GenerateOutput(rid, "", [], finish, 0, 0, index=state.index))

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from tercet.errors import RequestError
-from tercet.ipc.messages import FinishReason
+from tercet.ipc.messages import FinishKind, FinishReason
 
 ERROR_TYPES_BY_STATUS = {
     400: "invalid_request_error",
@@ -96,7 +96,7 @@ def raise_if_refused(finish_reason: FinishReason | None) -> None:
     """An abort that carries a status code is the server refusing the request
     (it can never fit, the queue is full…): the client gets that status, not a
     normal completion with ``finish_reason: "abort"``."""
-    if finish_reason is not None and finish_reason.kind == "abort" and finish_reason.status_code is not None:
+    if finish_reason is not None and finish_reason.kind is FinishKind.ABORT and finish_reason.status_code is not None:
         raise RequestError(finish_reason.message or "the request was refused", finish_reason.param,
                            finish_reason.status_code)
 

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from tercet.errors import RequestError
 from tercet.frontend.io_struct import EmbeddingRequest, GenerateRequest
+from tercet.ipc.messages import FinishKind
 from tercet.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ async def _consume(outputs) -> str | None:
         reason = piece.finish_reason
         if reason is None:
             continue
-        if reason.kind == "abort":
+        if reason.kind is FinishKind.ABORT:
             return f"the health generation was aborted: {reason.message or 'no reason given'}"
         return None
     return "the health generation ended without a finish reason"

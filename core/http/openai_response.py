@@ -13,7 +13,7 @@ NO_LOGPROBS = TokenLogprobs([], [], [])
 
 def openai_finish_reason(finish_reason: FinishReason | None) -> str | None:
     # "stop" and "length" are OpenAI's own; an abort keeps its name.
-    return None if finish_reason is None else finish_reason.kind
+    return None if finish_reason is None else finish_reason.kind.value
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:

@@ -8,7 +8,7 @@ they are written.
 
 from __future__ import annotations
 
-from tercet.ipc.messages import FinishReason
+from tercet.ipc.messages import FinishKind, FinishReason
 from tercet.tools.reader import ToolCallReader, call_object, new_call_id
 
 
@@ -16,9 +16,9 @@ def finish_reason_with_calls(finish_reason: FinishReason | None, has_calls: bool
     """OpenAI's finish reason: "tool_calls" for an answer that ended by calling."""
     if finish_reason is None:
         return None
-    if has_calls and finish_reason.kind == "stop":
+    if has_calls and finish_reason.kind is FinishKind.STOP:
         return "tool_calls"
-    return finish_reason.kind
+    return finish_reason.kind.value
 
 
 class ToolCallDeltas:

@@ -10,6 +10,7 @@ Batches are columns (one list per field) so one message carries a whole step.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from tercet.containment import INTERNAL_FAILURE_STATUS, internal_failure_message
@@ -17,11 +18,25 @@ from tercet.errors import TercetError
 from tercet.sampling_params import SamplingParams
 
 
+class FinishKind(str, enum.Enum):
+    """How a request ended. A ``str`` too, so it reads and travels as OpenAI's names do."""
+
+    STOP = "stop"  # EOS, a stop token or a stop string
+    LENGTH = "length"  # max_new_tokens, or the context
+    ABORT = "abort"  # aborted, refused, or ended by a contained failure
+
+    def __str__(self) -> str:
+        return self.value
+
+
+KINDS_BY_NAME = {kind.value: kind for kind in FinishKind}
+
+
 @dataclass(frozen=True)
 class FinishReason:
-    """Why a request ended: ``stop`` (EOS, a stop token or a stop string), ``length`` or ``abort``."""
+    """Why a request ended: its :class:`FinishKind`, and what matched or went wrong."""
 
-    kind: str
+    kind: FinishKind
     matched_token: int | None = None
     message: str | None = None
     # For an abort caused by the request itself (it can never fit, say): the
@@ -32,13 +47,19 @@ class FinishReason:
     # one that cannot be compiled, say); each route names it its own way.
     param: str | None = None
 
+    def __post_init__(self):
+        # Decoded messages and plugins may give the kind by its name; anything else is
+        # left as it is, for the message check to refuse with the field named.
+        if isinstance(self.kind, str) and not isinstance(self.kind, FinishKind) and self.kind in KINDS_BY_NAME:
+            object.__setattr__(self, "kind", KINDS_BY_NAME[self.kind])
+
     @classmethod
     def internal_failure(cls, what: str) -> FinishReason:
         """How a request ended by a contained failure finishes: its client gets a 500 naming ``what``."""
-        return cls("abort", message=internal_failure_message(what), status_code=INTERNAL_FAILURE_STATUS)
+        return cls(FinishKind.ABORT, message=internal_failure_message(what), status_code=INTERNAL_FAILURE_STATUS)
 
     def to_json(self) -> dict:
-        data: dict = {"type": self.kind}
+        data: dict = {"type": self.kind.value}
         if self.matched_text is not None:
             data["matched"] = self.matched_text
         elif self.matched_token is not None:

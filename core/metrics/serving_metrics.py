@@ -96,7 +96,7 @@ class ServingMetrics:
             self.generation_tokens.labels(*labels).inc(num_new_tokens)
         if finish_reason is not None:
             self.e2e_latency.labels(*labels).observe(now - request.started)
-            self.finished.labels(*labels, finish_reason.kind).inc()
+            self.finished.labels(*labels, finish_reason.kind.value).inc()
             self.prompt_tokens.labels(*labels).inc(prompt_tokens)
             del self.in_flight[rid]
 

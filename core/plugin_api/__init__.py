@@ -27,7 +27,14 @@ from tercet.containment import ContainedFailures
 from tercet.errors import ConfigError, RequestError, TercetError
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES, ControlReply, ControlRequest
-from tercet.ipc.messages import CORE_MESSAGE_TYPES, FinishReason, MessageRegistry, TokenLogprobs, UnknownMessageError
+from tercet.ipc.messages import (
+    CORE_MESSAGE_TYPES,
+    FinishKind,
+    FinishReason,
+    MessageRegistry,
+    TokenLogprobs,
+    UnknownMessageError,
+)
 from tercet.model.architecture import EncoderArchitecture, ModelArchitecture
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.linear_method import LinearMethod, LinearTarget
@@ -52,6 +59,7 @@ __all__ = [
     "ControlReply",
     "ControlRequest",
     "EncoderArchitecture",
+    "FinishKind",
     "FinishReason",
     "GenerateOutput",
     "GenerateRequest",

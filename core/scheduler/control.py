@@ -26,7 +26,7 @@ from tercet.ipc.control_messages import (
     PauseGenerationReq,
     UpdateWeightsFromDiskReq,
 )
-from tercet.ipc.messages import FinishReason
+from tercet.ipc.messages import FinishKind, FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def set_paused(target: ControlTarget, paused: bool) -> dict:
 
 
 def abort_all(target: ControlTarget) -> dict:
-    reason = FinishReason("abort", message="aborted by /abort_request")
+    reason = FinishReason(FinishKind.ABORT, message="aborted by /abort_request")
     victims = target.queues.abort_all(reason)
     for group in target.grammars.drop_all():
         for req in group:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tercet.errors import RequestError
-from tercet.ipc.messages import BatchEmbeddingOutput, FinishReason, TokenizedEmbeddingReq
+from tercet.ipc.messages import BatchEmbeddingOutput, FinishKind, FinishReason, TokenizedEmbeddingReq
 from tercet.model_abilities import NO_POOLING
 from tercet.scheduler.req import EmbeddingReq
 
@@ -65,7 +65,9 @@ class EmbeddingStep:
         try:
             check_embedding_request(message, self.model_runner)
         except RequestError as error:
-            reason = FinishReason("abort", message=error.message, status_code=error.status_code, param=error.param)
+            reason = FinishReason(
+                FinishKind.ABORT, message=error.message, status_code=error.status_code, param=error.param
+            )
             self.queues.end_embedding(req, refusal=reason)
             return
         self.queues.enqueue_embedding(req)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
-from tercet.ipc.messages import FinishReason
+from tercet.ipc.messages import FinishKind, FinishReason
 from tercet.scheduler.grammar_backend import GrammarError
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice
@@ -48,7 +48,7 @@ class SampledTokens:
     def take(self, req: Req, choice: TokenChoice) -> None:
         """Append the sampled token and finish the request if it is done."""
         if req.needs_prefill_only:  # it ran its prompt for the log-probabilities; no token is wanted
-            self.queues.finish(req, FinishReason("length"))
+            self.queues.finish(req, FinishReason(FinishKind.LENGTH))
             return
         append_token(req, choice)
         try:
@@ -73,14 +73,15 @@ class SampledTokens:
         except GrammarError as error:
             # The backend's word that the constraint itself cannot go on: the client's 400.
             kind = req.sampling_params.constraint[0]
-            raise RequestRefused(FinishReason("abort", message=f"{kind}: {error}", status_code=400, param=kind)) from None
+            refusal = FinishReason(FinishKind.ABORT, message=f"{kind}: {error}", status_code=400, param=kind)
+            raise RequestRefused(refusal) from None
         except Exception:
             accepted = complete = False
         if not accepted:
             self.failures.record("grammar", f"the grammar of request {req.rid!r} did not take its sampled token",
                                  plugin=self.grammar_plugin)
             raise RequestStepFailed("advancing its output constraint")
-        return FinishReason("stop") if complete else None
+        return FinishReason(FinishKind.STOP) if complete else None
 
     def check_stop(self, req: Req) -> FinishReason | None:
         try:

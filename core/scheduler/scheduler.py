@@ -27,7 +27,14 @@ from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
 from tercet.ipc.control_messages import ControlRequest
-from tercet.ipc.messages import AbortReq, FinishReason, TokenizedEmbeddingReq, TokenizedGenerateReq, choice_rid
+from tercet.ipc.messages import (
+    AbortReq,
+    FinishKind,
+    FinishReason,
+    TokenizedEmbeddingReq,
+    TokenizedGenerateReq,
+    choice_rid,
+)
 from tercet.metrics.stage_timer import stage_timer
 from tercet.processes.context import ProcessContext
 from tercet.processes.manager_io import ManagerIO
@@ -227,7 +234,7 @@ class Scheduler:
             check_generate_request(message, self.model_runner.vocab_size)
             group = self.request_group(message)
         except RequestError as error:
-            self.refuse(message, FinishReason("abort", message=error.message, status_code=error.status_code))
+            self.refuse(message, FinishReason(FinishKind.ABORT, message=error.message, status_code=error.status_code))
             return
         except Exception:
             self.failures.record("generate_request", f"setting up request {message.rid!r} failed")
@@ -250,7 +257,7 @@ class Scheduler:
                 continue
             status, message = error
             kind = group[0].sampling_params.constraint[0]
-            reason = FinishReason("abort", message=f"{kind}: {message}", status_code=status, param=kind)
+            reason = FinishReason(FinishKind.ABORT, message=f"{kind}: {message}", status_code=status, param=kind)
             self.finish_group(group, reason)
 
     def finish_group(self, group: list[Req], reason: FinishReason) -> None:
@@ -278,15 +285,13 @@ class Scheduler:
 
     def why_it_can_never_run(self, group: list[Req]) -> FinishReason | None:
         if len(group) > self.admission.max_running_requests:
-            return FinishReason(
-                "abort", status_code=400,
+            return FinishReason(FinishKind.ABORT, status_code=400,
                 message=f"n={len(group)} completions cannot run together: "
                 f"scheduler.max_running_requests is {self.admission.max_running_requests}",
             )
         needed_pages = sum(self.kv_memory.pages_for(req.max_num_tokens) for req in group)
         if needed_pages > self.kv_memory.page_allocator.num_total:
-            return FinishReason(
-                "abort",
+            return FinishReason(FinishKind.ABORT,
                 message=f"the request needs {sum(req.max_num_tokens for req in group)} KV cache tokens "
                 f"(prompt + max_tokens, for each of n) but the whole cache holds "
                 f"{self.kv_memory.capacity_tokens} (cache.max_total_tokens)",
@@ -296,7 +301,7 @@ class Scheduler:
         problem = context_length_problem(
             len(leader.input_ids), leader.sampling_params.max_new_tokens, self.model_runner.context_len
         )
-        return None if problem is None else FinishReason("abort", message=problem, status_code=400)
+        return None if problem is None else FinishReason(FinishKind.ABORT, message=problem, status_code=400)
 
     def refuse(self, message: TokenizedGenerateReq, reason: FinishReason) -> None:
         """End a request the scheduler holds nothing for yet: every completion id
@@ -308,7 +313,7 @@ class Scheduler:
             self.queues.finish(req, reason)
 
     def handle_abort_request(self, message: AbortReq) -> None:
-        reason = FinishReason("abort", message="aborted")
+        reason = FinishReason(FinishKind.ABORT, message="aborted")
         # The rest of a compiling group ends too: it was never started.
         for group in self.grammars.drop({message.rid}):
             self.finish_group(group, reason)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tercet.ipc.messages import FinishReason
+from tercet.ipc.messages import FinishKind, FinishReason
 from tercet.scheduler.req import Req
 
 # Extra tokens decoded before the newest one, beyond the longest stop string's
@@ -23,13 +23,13 @@ class StopConditions:
         # sampling); stop strings always apply, as the detokenizer trims at the first one.
         if num_generated >= params.min_new_tokens:
             if token_id in params.stop_token_ids or (not params.ignore_eos and token_id in self.eos_token_ids):
-                return FinishReason("stop", matched_token=token_id)
+                return FinishReason(FinishKind.STOP, matched_token=token_id)
         if params.stop:
             matched = self.matched_stop_string(req)
             if matched is not None:
-                return FinishReason("stop", matched_text=matched)
+                return FinishReason(FinishKind.STOP, matched_text=matched)
         if num_generated >= params.max_new_tokens:
-            return FinishReason("length")
+            return FinishReason(FinishKind.LENGTH)
         return None
 
     def matched_stop_string(self, req: Req) -> str | None:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tercet.bench.matmul_floor import linear_layers_in_forward_order, time_matmuls, weight_bytes_per_pass
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 
 
 @pytest.fixture(scope="module", params=["float32", "bfloat16"])

@@ -16,7 +16,7 @@ from transformers import LlamaConfig
 from tercet.errors import ConfigError
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 
 PROMPT = [1, 17, 300, 9000, 42, 7, 123, 5555]
 

@@ -62,7 +62,7 @@ def test_a_message_whose_fields_fit_passes():
     (dict(scores={"3": 1.0}), "Everything.scores key '3': expected int, got str"),
     (dict(scores={3: "x"}), "Everything.scores[3]: expected a number, got str"),
     (dict(nested=5), "Everything.nested: expected FinishReason, got int"),
-    (dict(nested=FinishReason(7)), "Everything.nested.kind: expected str, got int"),
+    (dict(nested=FinishReason(7)), "Everything.nested.kind: expected FinishKind, got int"),
     (dict(rows=[[1], ["x"]]), "Everything.rows[1][0]: expected int, got str"),
 ])
 def test_the_first_field_that_does_not_fit_is_named(changes, expected):

@@ -9,7 +9,7 @@ from tercet.errors import ConfigError
 from tercet.model.architecture import architecture_name, choose_architecture
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 from tercet.plugins.llama_architecture import LlamaArchitecture
-from tercet.testing.model_runners import installed_model_components, model_runner_for
+from tercet.testing.runner_factory import installed_model_components, model_runner_for
 from tercet.testing.paged_greedy import greedy_tokens
 
 OPTIONS = dict(max_total_tokens=256, page_size=8)

@@ -10,7 +10,7 @@ import torch
 
 from tercet.errors import ConfigError
 from tercet.model.tensor_parallel import TensorParallel
-from tercet.testing.model_runners import encoder_runner_for
+from tercet.testing.runner_factory import encoder_runner_for
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import torch
 
 from tercet.errors import ConfigError
 from tercet.model.model_runner import ModelRunner
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 from tercet.testing.paged_greedy import PagedGreedyDriver
 
 PAGE_SIZE = 4

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 
 OPTIONS = dict(max_total_tokens=256, page_size=8, dtype="float32")
 SEQUENCES = [[1, 2, 3, 4, 5], [9, 8], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]]

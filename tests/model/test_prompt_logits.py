@@ -8,7 +8,7 @@ import torch
 from tercet.ipc.messages import TokenLogprobs
 from tercet.model.logprobs import prompt_logprobs, prompt_logprobs_of_chunk
 from tercet.model.model_runner import ModelRunner
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 
 PAGE_SIZE = 4
 TOP_N = 5

@@ -19,7 +19,7 @@ import torch
 
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 from tercet.tokenizer.loading import load_tokenizer
 
 NUM_POSITIONS = 300

@@ -13,7 +13,7 @@ from tercet.errors import ConfigError
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
 from tercet.model.llama import LlamaShape
 from tercet.model.tensor_parallel import LlamaShards, TensorParallel
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 from tercet.testing.paged_greedy import greedy_tokens
 
 PROMPTS = [[1, 2, 3, 4, 5], [100, 200, 300], [7] * 11]

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from tercet.plugins.linear_layers.packed_bf16 import PackedLinear, can_pack
-from tercet.testing.model_runners import model_runner_for
+from tercet.testing.runner_factory import model_runner_for
 
 pytestmark = pytest.mark.skipif(
     not can_pack(torch.device("cpu"), torch.bfloat16), reason="this torch build has no oneDNN linear packing"

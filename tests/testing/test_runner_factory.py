@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from tercet.testing.model_runners import installed_model_components, model_runner_for
+from tercet.testing.runner_factory import installed_model_components, model_runner_for
 
 
 def test_settings_go_to_their_sections(tiny_llama_dir):
