@@ -175,7 +175,3 @@ class SamplingParams:
                 yield from ((name, bias) for bias in value.values())
             elif not (name == "seed" and value is None):  # None: the TokenizerManager picks one
                 yield name, value
-
-    @property
-    def is_greedy(self) -> bool:
-        return self.temperature == 0
