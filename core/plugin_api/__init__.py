@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from tercet.containment import ContainedFailures
 from tercet.errors import ConfigError, RequestError, TercetError
+from tercet.formats.default_model import default_cache_dir
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES, ControlReply, ControlRequest
 from tercet.ipc.messages import (
@@ -84,6 +85,7 @@ __all__ = [
     "ToolCallParse",
     "ToolCallParser",
     "UnknownMessageError",
+    "default_cache_dir",
     "hookimpl",
     "read_call_object",
 ]

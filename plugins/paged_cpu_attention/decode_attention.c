@@ -1,0 +1,397 @@
+/*
+ * Decode attention over the paged KV cache, read in place.
+ *
+ * One new token per sequence. For each (sequence, KV head) the new token's K
+ * and V are written to its slot first, then the query heads that share that
+ * KV head attend over the sequence's keys, found slot by slot through the
+ * req-to-token table: no gather of pages, no float copy of the cache. Keys and
+ * values stay in the cache's dtype (bfloat16 or float32) and are widened in
+ * registers; scores, softmax and the weighted sum are float32.
+ *
+ * A sequence's keys are cut into splits of a fixed number of keys; each split
+ * keeps its own running maximum, sum and weighted sum (the online softmax), and
+ * the splits are joined in order. The split size does not depend on the batch
+ * or the thread count, so a sequence's result is the same whatever runs beside
+ * it. Work items (sequence, KV head, split) are spread over OpenMP threads.
+ *
+ * Built once per machine by tercet (see build.py) with -O3 -march=native
+ * -fopenmp; called through ctypes with the tensors' data pointers.
+ */
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1 };
+
+static inline float bf16_to_float(uint16_t bits) {
+    uint32_t widened = (uint32_t)bits << 16;
+    float value;
+    memcpy(&value, &widened, sizeof value);
+    return value;
+}
+
+static inline uint16_t float_to_bf16(float value) {
+    /* Round to nearest, ties to even, as torch's conversion does. */
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u); /* NaN stays NaN */
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+/* Row `index` of a [rows, width] array of `dtype`, widened to float32 into `out`. */
+static inline void load_row(const void *base, int dtype, int64_t index, int width, float *out) {
+    if (dtype == DTYPE_BFLOAT16) {
+        const uint16_t *row = (const uint16_t *)base + index * width;
+#pragma omp simd
+        for (int d = 0; d < width; d++) out[d] = bf16_to_float(row[d]);
+    } else {
+        memcpy(out, (const float *)base + index * width, sizeof(float) * (size_t)width);
+    }
+}
+
+static inline void store_row(void *base, int dtype, int64_t index, int width, const float *values) {
+    if (dtype == DTYPE_BFLOAT16) {
+        uint16_t *row = (uint16_t *)base + index * width;
+        for (int d = 0; d < width; d++) row[d] = float_to_bf16(values[d]);
+    } else {
+        memcpy((float *)base + index * width, values, sizeof(float) * (size_t)width);
+    }
+}
+
+/* A strided source row (q, k_new or v_new may be views into one projection), widened. */
+static inline void load_strided(const void *base, int dtype, int64_t offset, int width, float *out) {
+    if (dtype == DTYPE_BFLOAT16) {
+        const uint16_t *row = (const uint16_t *)base + offset;
+#pragma omp simd
+        for (int d = 0; d < width; d++) out[d] = bf16_to_float(row[d]);
+    } else {
+        memcpy(out, (const float *)base + offset, sizeof(float) * (size_t)width);
+    }
+}
+
+/* Keys attended together: one vector register of scores per query head. */
+#define BLOCK 16
+#define MAX_HEAD_DIM 256
+#define MAX_GROUP 16
+
+/* exp(x) for x <= 0, to about one float32 rounding: 2^n times a polynomial on [-ln2/2, ln2/2],
+ * written so that the compiler vectorizes it (libm's expf would be one call per score). */
+static inline float exp_nonpositive(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
+static inline __m512 load16(const void *base, int dtype, int64_t offset) {
+    if (dtype == DTYPE_BFLOAT16) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + offset));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    }
+    return _mm512_loadu_ps((const float *)base + offset);
+}
+
+/* attend_split for head sizes that are multiples of 16: the query heads and their weighted sums
+ * stay in vector registers (or L1), each key row is read once for the scores and once for the
+ * values, and the softmax runs over BLOCK keys at a time. */
+static inline __attribute__((always_inline)) void attend_avx512_body(
+    const float *queries, const int group, const int head_dim, const void *k_cache, const void *v_cache,
+    const int cache_dtype, const int64_t *slots, int num_kv_heads, int kv_head, int64_t first, int64_t last,
+    float *maxima, float *sums, float *weighted) {
+    const int chunks = head_dim / 16;
+    __m512 query[MAX_GROUP * MAX_HEAD_DIM / 16];
+    __m512 acc[MAX_GROUP * MAX_HEAD_DIM / 16];
+    float scores[MAX_GROUP * BLOCK];
+    int64_t rows[BLOCK];
+    for (int i = 0; i < group * chunks; i++) {
+        query[i] = _mm512_loadu_ps(queries + (int64_t)i * 16);
+        acc[i] = _mm512_setzero_ps();
+    }
+    for (int g = 0; g < group; g++) {
+        maxima[g] = -INFINITY;
+        sums[g] = 0.0f;
+    }
+    for (int64_t start = first; start < last; start += BLOCK) {
+        int count = last - start < BLOCK ? (int)(last - start) : BLOCK;
+        for (int j = 0; j < count; j++) rows[j] = (slots[start + j] * num_kv_heads + kv_head) * head_dim;
+        /* The next block's rows are scattered over pages: ask for them while this block computes. */
+        const int64_t next_count = last - start - BLOCK < BLOCK ? last - start - BLOCK : BLOCK;
+        const int element = cache_dtype == DTYPE_BFLOAT16 ? 2 : 4;
+        for (int64_t j = 0; j < next_count; j++) {
+            int64_t row = (slots[start + BLOCK + j] * num_kv_heads + kv_head) * head_dim * element;
+            for (int64_t byte = 0; byte < (int64_t)head_dim * element; byte += 64) {
+                _mm_prefetch((const char *)k_cache + row + byte, _MM_HINT_T0);
+                _mm_prefetch((const char *)v_cache + row + byte, _MM_HINT_T0);
+            }
+        }
+        for (int j = 0; j < count; j++) {
+            __m512 dots[MAX_GROUP];
+            for (int g = 0; g < group; g++) dots[g] = _mm512_setzero_ps();
+            for (int c = 0; c < chunks; c++) {
+                __m512 key = load16(k_cache, cache_dtype, rows[j] + c * 16);
+                for (int g = 0; g < group; g++) dots[g] = _mm512_fmadd_ps(query[g * chunks + c], key, dots[g]);
+            }
+            for (int g = 0; g < group; g++) scores[g * BLOCK + j] = _mm512_reduce_add_ps(dots[g]);
+        }
+        for (int g = 0; g < group; g++) {
+            float *score = scores + g * BLOCK;
+            float block_max = maxima[g];
+            for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
+            if (block_max > maxima[g]) {
+                float rescale = exp_nonpositive(maxima[g] - block_max);
+                sums[g] *= rescale;
+                __m512 factor = _mm512_set1_ps(rescale);
+                for (int c = 0; c < chunks; c++) acc[g * chunks + c] = _mm512_mul_ps(acc[g * chunks + c], factor);
+                maxima[g] = block_max;
+            }
+            float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+            for (int j = 0; j < BLOCK; j++) {
+                score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
+                total += score[j];
+            }
+            sums[g] += total;
+        }
+        for (int j = 0; j < count; j++) {
+            for (int c = 0; c < chunks; c++) {
+                __m512 value = load16(v_cache, cache_dtype, rows[j] + c * 16);
+                for (int g = 0; g < group; g++)
+                    acc[g * chunks + c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g * BLOCK + j]), value,
+                                                         acc[g * chunks + c]);
+            }
+        }
+    }
+    for (int i = 0; i < group * chunks; i++) _mm512_storeu_ps(weighted + (int64_t)i * 16, acc[i]);
+}
+
+/* The body with the group size and head size known at compile time, so that the query
+ * heads and their sums stay in registers: the shapes of the models tercet serves. */
+#define ATTEND_ARGS const float *queries, const void *k_cache, const void *v_cache, int cache_dtype, \
+    const int64_t *slots, int num_kv_heads, int kv_head, int64_t first, int64_t last, float *maxima, \
+    float *sums, float *weighted
+#define ATTEND_PASS(G, D) (cache_dtype == DTYPE_BFLOAT16 \
+    ? attend_avx512_body(queries, G, D, k_cache, v_cache, DTYPE_BFLOAT16, slots, num_kv_heads, kv_head, first, \
+                         last, maxima, sums, weighted) \
+    : attend_avx512_body(queries, G, D, k_cache, v_cache, DTYPE_FLOAT32, slots, num_kv_heads, kv_head, first, \
+                         last, maxima, sums, weighted))
+#define SPECIALIZED(G, D) static void attend_g##G##_d##D(ATTEND_ARGS) { ATTEND_PASS(G, D); }
+SPECIALIZED(1, 64) SPECIALIZED(2, 64) SPECIALIZED(3, 64) SPECIALIZED(4, 64) SPECIALIZED(5, 64)
+SPECIALIZED(6, 64) SPECIALIZED(7, 64) SPECIALIZED(8, 64)
+SPECIALIZED(1, 128) SPECIALIZED(2, 128) SPECIALIZED(3, 128) SPECIALIZED(4, 128) SPECIALIZED(5, 128)
+SPECIALIZED(6, 128) SPECIALIZED(7, 128) SPECIALIZED(8, 128)
+
+typedef void (*attend_function)(ATTEND_ARGS);
+static const attend_function SPECIALIZED_64[9] = {
+    NULL, attend_g1_d64, attend_g2_d64, attend_g3_d64, attend_g4_d64, attend_g5_d64, attend_g6_d64,
+    attend_g7_d64, attend_g8_d64};
+static const attend_function SPECIALIZED_128[9] = {
+    NULL, attend_g1_d128, attend_g2_d128, attend_g3_d128, attend_g4_d128, attend_g5_d128, attend_g6_d128,
+    attend_g7_d128, attend_g8_d128};
+
+static void attend_split_avx512(const float *queries, int group, int head_dim, const void *k_cache,
+                                const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
+                                int kv_head, int64_t first, int64_t last, float *maxima, float *sums,
+                                float *weighted) {
+    if (group <= 8 && (head_dim == 64 || head_dim == 128)) {
+        attend_function specialized = (head_dim == 64 ? SPECIALIZED_64 : SPECIALIZED_128)[group];
+        specialized(queries, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head, first, last, maxima,
+                    sums, weighted);
+        return;
+    }
+    attend_avx512_body(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head,
+                       first, last, maxima, sums, weighted);
+}
+#endif
+
+/* The keys [first, last) of one sequence for one KV head and its `group` query heads:
+ * the split's maximum score, sum of exponentials and weighted sum of values per head.
+ * Keys go BLOCK at a time: their K rows transposed into `keys_t` ([head_dim][BLOCK]) so
+ * that each head's scores are one vector per dimension, their V rows widened into `values`. */
+static void attend_split(const float *queries, int group, int head_dim, const void *k_cache, const void *v_cache,
+                         int cache_dtype, const int64_t *slots, int num_kv_heads, int kv_head, int64_t first,
+                         int64_t last, float *maxima, float *sums, float *weighted) {
+    float keys[BLOCK * MAX_HEAD_DIM];
+    float values[BLOCK * MAX_HEAD_DIM];
+    float scores[MAX_GROUP * BLOCK];
+    for (int g = 0; g < group; g++) {
+        maxima[g] = -INFINITY;
+        sums[g] = 0.0f;
+    }
+    memset(weighted, 0, sizeof(float) * (size_t)group * head_dim);
+    for (int64_t start = first; start < last; start += BLOCK) {
+        int count = last - start < BLOCK ? (int)(last - start) : BLOCK;
+        for (int j = 0; j < count; j++) {
+            int64_t cache_row = slots[start + j] * num_kv_heads + kv_head;
+            load_row(k_cache, cache_dtype, cache_row, head_dim, keys + j * head_dim);
+            load_row(v_cache, cache_dtype, cache_row, head_dim, values + j * head_dim);
+        }
+        for (int j = 0; j < count; j++) {
+            const float *key = keys + j * head_dim;
+            for (int g = 0; g < group; g++) {
+                const float *query = queries + (int64_t)g * head_dim;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int d = 0; d < head_dim; d++) sum += query[d] * key[d];
+                scores[g * BLOCK + j] = sum;
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            float *score = scores + g * BLOCK;
+            float block_max = maxima[g];
+            for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
+            float *acc = weighted + (int64_t)g * head_dim;
+            if (block_max > maxima[g]) {
+                float rescale = exp_nonpositive(maxima[g] - block_max);
+                sums[g] *= rescale;
+#pragma omp simd
+                for (int d = 0; d < head_dim; d++) acc[d] *= rescale;
+                maxima[g] = block_max;
+            }
+            float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+            for (int j = 0; j < BLOCK; j++) {
+                score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
+                total += score[j];
+            }
+            sums[g] += total;
+            for (int j = 0; j < count; j++) {
+                const float weight = score[j];
+                const float *value = values + j * head_dim;
+#pragma omp simd
+                for (int d = 0; d < head_dim; d++) acc[d] += weight * value[d];
+            }
+        }
+    }
+}
+
+/*
+ * q:            [B, num_heads, head_dim] in act_dtype, token stride q_token_stride (elements), heads contiguous
+ * k_new, v_new: [B, num_kv_heads, head_dim] in act_dtype, token strides k_token_stride and v_token_stride
+ * k_cache, v_cache: [slots, num_kv_heads, head_dim] in cache_dtype, contiguous
+ * req_to_token: [rows, table_width] int64; rows[b] is sequence b's row; seq_lens[b] includes the new token
+ * out_cache_loc[b]: the new token's slot
+ * out:          [B, num_heads * head_dim] in act_dtype, contiguous
+ */
+int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const void *k_new, int64_t k_token_stride,
+                                  const void *v_new, int64_t v_token_stride, int act_dtype, void *k_cache, void *v_cache,
+                                  int cache_dtype, const int64_t *req_to_token, int64_t table_width,
+                                  const int64_t *rows, const int64_t *seq_lens, const int64_t *out_cache_loc,
+                                  void *out, int batch, int num_heads, int num_kv_heads, int head_dim, float scale,
+                                  int split_keys) {
+    if (batch <= 0) return 0;
+    if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || head_dim <= 0 || head_dim > MAX_HEAD_DIM ||
+        num_heads / num_kv_heads > MAX_GROUP || split_keys <= 0)
+        return 1;
+    const int group = num_heads / num_kv_heads;
+
+    /* The splits of every sequence, numbered one after the other. */
+    int64_t *first_split = malloc(sizeof(int64_t) * (size_t)(batch + 1));
+    if (first_split == NULL) return 2;
+    first_split[0] = 0;
+    for (int b = 0; b < batch; b++) {
+        int64_t keys = seq_lens[b] > 0 ? seq_lens[b] : 1;
+        first_split[b + 1] = first_split[b] + (keys + split_keys - 1) / split_keys;
+    }
+    const int64_t num_splits = first_split[batch];
+    const int64_t per_split = (int64_t)group * (head_dim + 2);
+    float *partials = malloc(sizeof(float) * (size_t)(num_splits * num_kv_heads * per_split));
+    if (partials == NULL) {
+        free(first_split);
+        return 2;
+    }
+
+    /* The new tokens' K and V first: every split of their sequence reads them. */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < batch; b++) {
+        for (int h = 0; h < num_kv_heads; h++) {
+            float row[head_dim];
+            int64_t target = out_cache_loc[b] * num_kv_heads + h;
+            load_strided(k_new, act_dtype, (int64_t)b * k_token_stride + (int64_t)h * head_dim, head_dim, row);
+            store_row(k_cache, cache_dtype, target, head_dim, row);
+            load_strided(v_new, act_dtype, (int64_t)b * v_token_stride + (int64_t)h * head_dim, head_dim, row);
+            store_row(v_cache, cache_dtype, target, head_dim, row);
+        }
+    }
+
+#pragma omp parallel
+    {
+        float *queries = malloc(sizeof(float) * (size_t)group * head_dim);
+        int failed = queries == NULL;
+        int64_t b = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < num_splits * num_kv_heads; item++) {
+            if (failed) continue;
+            int64_t split = item / num_kv_heads;
+            int kv_head = (int)(item % num_kv_heads);
+            while (first_split[b + 1] <= split) b++;
+            while (first_split[b] > split) b--;
+            int64_t first = (split - first_split[b]) * split_keys;
+            int64_t last = first + split_keys < seq_lens[b] ? first + split_keys : seq_lens[b];
+            for (int g = 0; g < group; g++) {
+                int64_t offset = b * q_token_stride + (int64_t)(kv_head * group + g) * head_dim;
+                load_strided(q, act_dtype, offset, head_dim, queries + (int64_t)g * head_dim);
+                for (int d = 0; d < head_dim; d++) queries[(int64_t)g * head_dim + d] *= scale;
+            }
+            float *partial = partials + item * per_split;
+#if defined(__AVX512F__)
+            if (head_dim % 16 == 0)
+                attend_split_avx512(queries, group, head_dim, k_cache, v_cache, cache_dtype,
+                                    req_to_token + rows[b] * table_width, num_kv_heads, kv_head, first, last,
+                                    partial, partial + group, partial + 2 * group);
+            else
+#endif
+            attend_split(queries, group, head_dim, k_cache, v_cache, cache_dtype,
+                         req_to_token + rows[b] * table_width, num_kv_heads, kv_head, first, last,
+                         partial, partial + group, partial + 2 * group);
+        }
+        free(queries);
+    }
+
+    /* Join each sequence's splits in order and write its heads. */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < batch; b++) {
+        for (int kv_head = 0; kv_head < num_kv_heads; kv_head++) {
+            for (int g = 0; g < group; g++) {
+                float result[head_dim];
+                float maximum = -INFINITY;
+                for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
+                    const float *partial = partials + (split * num_kv_heads + kv_head) * per_split;
+                    if (partial[g] > maximum) maximum = partial[g];
+                }
+                float total = 0.0f;
+                memset(result, 0, sizeof result);
+                for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
+                    const float *partial = partials + (split * num_kv_heads + kv_head) * per_split;
+                    if (partial[g] == -INFINITY) continue;
+                    float rescale = expf(partial[g] - maximum);
+                    total += partial[group + g] * rescale;
+                    const float *weighted = partial + 2 * group + (int64_t)g * head_dim;
+#pragma omp simd
+                    for (int d = 0; d < head_dim; d++) result[d] += weighted[d] * rescale;
+                }
+                for (int d = 0; d < head_dim; d++) result[d] /= total;
+                store_row(out, act_dtype, (int64_t)b * num_heads + kv_head * group + g, head_dim, result);
+            }
+        }
+    }
+    free(partials);
+    free(first_split);
+    return 0;
+}

@@ -1,0 +1,148 @@
+"""The paged_cpu backend against torch_native: the same attention and the same cache writes.
+
+Random decode batches (sequence lengths across several splits of the kernel,
+GQA ratios, head sizes, page sizes, float32 and bfloat16, q/k/v as strided
+views of one projection as the model hands them over) run through both
+backends on copies of one cache. float32 agrees to 1e-5, bfloat16 to the
+rounding of its output (one bfloat16 step, 2**-7 relative).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tercet.plugin_api import AttentionLayout
+from tercet.plugin_api.model import ForwardBatch, PagedKVCache
+from tercet.plugins.paged_cpu_attention import create_paged_cpu_backend
+from tercet.plugins.paged_cpu_attention.backend import PagedCpuAttentionBackend
+from tercet.plugins.paged_cpu_attention.build import KernelUnavailable, build, load_kernel
+from tercet.plugins.torch_native_attention.backend import TorchNativeAttentionBackend
+
+CPU = torch.device("cpu")
+TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2**-7)}
+
+
+def decode_case(seed, seq_lens, num_kv_heads, group, head_dim, page_size, dtype):
+    generator = torch.Generator().manual_seed(seed)
+    num_heads = num_kv_heads * group
+    layout = AttentionLayout(num_heads, num_kv_heads, head_dim, num_layers=2, device=CPU, dtype=dtype)
+    pages_per_row = (max(seq_lens) + page_size - 1) // page_size
+    num_pages = pages_per_row * len(seq_lens) + 3
+    cache = PagedKVCache(2, num_kv_heads, head_dim, num_pages, page_size, dtype, CPU)
+    for buffer in (*cache.k_buffers, *cache.v_buffers):
+        buffer.copy_(torch.randn(buffer.shape, generator=generator).to(dtype))
+    # Each sequence's pages scattered over the pool, in a row of a wider table, as the scheduler leaves them.
+    pages = torch.randperm(num_pages, generator=generator)
+    table = torch.zeros(len(seq_lens) + 2, pages_per_row * page_size + 5, dtype=torch.int64)
+    rows = torch.randperm(table.shape[0], generator=generator)[: len(seq_lens)].tolist()
+    for sequence, (row, length) in enumerate(zip(rows, seq_lens)):
+        own = pages[sequence * pages_per_row:(sequence + 1) * pages_per_row]
+        slots = (own.view(-1, 1) * page_size + torch.arange(page_size)).reshape(-1)
+        table[row, : slots.numel()] = slots
+    batch = ForwardBatch.build(rows, [length - 1 for length in seq_lens], [[7]] * len(seq_lens), table, CPU)
+    # q, k and v as views into one fused projection, as the model passes them.
+    fused = torch.randn(len(seq_lens), num_heads + 2 * num_kv_heads, head_dim, generator=generator).to(dtype)
+    q, k, v = fused.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
+    return layout, cache, table, batch, q, k, v
+
+
+def copy_of(cache: PagedKVCache) -> PagedKVCache:
+    copied = PagedKVCache(cache.num_layers, cache.num_kv_heads, cache.head_dim, cache.num_pages, cache.page_size,
+                          cache.dtype, cache.device)
+    for mine, theirs in zip((*copied.k_buffers, *copied.v_buffers), (*cache.k_buffers, *cache.v_buffers)):
+        mine.copy_(theirs)
+    return copied
+
+
+def run(backend, cache, table, batch, q, k, v, layer_id=1):
+    backend.prepare(batch, table)
+    return backend.forward(q, k, v, layer_id, batch, cache)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    seq_lens=st.lists(st.integers(1, 700), min_size=1, max_size=5),
+    num_kv_heads=st.sampled_from([1, 2, 3]),
+    group=st.sampled_from([1, 2, 3, 4]),
+    head_dim=st.sampled_from([64, 128]),
+    page_size=st.sampled_from([1, 4, 16]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+def test_decode_attends_and_writes_as_torch_native_does(seed, seq_lens, num_kv_heads, group, head_dim, page_size,
+                                                        dtype):
+    layout, cache, table, batch, q, k, v = decode_case(seed, seq_lens, num_kv_heads, group, head_dim, page_size, dtype)
+    reference_cache, kernel_cache = copy_of(cache), copy_of(cache)
+    expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
+    got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+    for reference, written in zip((*reference_cache.k_buffers, *reference_cache.v_buffers),
+                                  (*kernel_cache.k_buffers, *kernel_cache.v_buffers)):
+        assert torch.equal(reference, written)
+
+
+def test_a_sequence_gets_the_same_output_whatever_its_batch_mates():
+    layout, cache, table, batch, q, k, v = decode_case(3, [600, 5, 300], 3, 3, 64, 4, torch.bfloat16)
+    backend = PagedCpuAttentionBackend(layout, load_kernel())
+    together = run(backend, copy_of(cache), table, batch, q, k, v)
+    rows = batch.req_pool_indices.tolist()
+    alone = ForwardBatch.build([rows[0]], [599], [[7]], table, CPU)
+    by_itself = run(backend, copy_of(cache), table, alone, q[:1], k[:1], v[:1])
+    assert torch.equal(together[:1], by_itself)
+
+
+def test_steps_with_prompt_tokens_run_as_torch_native():
+    layout, cache, table, decode, _, _, _ = decode_case(5, [40, 12], 2, 2, 64, 4, torch.float32)
+    batch = ForwardBatch.build(decode.req_pool_indices.tolist(), [30, 10], [[1, 2, 3], [4]], table, CPU)
+    tokens = torch.randn(4, 2 * 2 + 2 * 2, 64)
+    q, k, v = tokens.split([4, 2, 2], dim=1)
+    reference_cache, kernel_cache = copy_of(cache), copy_of(cache)
+    expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
+    got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
+    assert torch.equal(got, expected)
+
+
+def test_without_a_compiler_the_backend_is_torch_native_and_says_why(monkeypatch, caplog):
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", "")
+    layout = AttentionLayout(2, 1, 64, num_layers=1, device=CPU, dtype=torch.float32)
+    with caplog.at_level(logging.WARNING):
+        backend = create_paged_cpu_backend(layout)
+    assert isinstance(backend, TorchNativeAttentionBackend)
+    assert "paged_cpu runs as torch_native: no C compiler found" in caplog.text
+
+
+def test_a_compile_error_is_reported_with_the_compiler_output(tmp_path, monkeypatch):
+    import tercet.plugins.paged_cpu_attention.build as build_module
+
+    monkeypatch.setattr(build_module, "FLAGS", ("-fno-such-flag",))
+    with pytest.raises(KernelUnavailable, match="compiling decode_attention.c failed"):
+        build(tmp_path / "kernel.so")
+    assert list(tmp_path.iterdir()) == []  # no partial file is left behind
+
+
+PROMPTS = {"short": [5, 6, 7], "long": list(range(20, 45)), "shares-a-prefix": list(range(20, 40)) + [9, 9]}
+
+
+def greedy_tokens(tercet_scheduler, settings):
+    from tercet.plugin_api import SamplingParams
+
+    harness = tercet_scheduler(settings=["model.dtype=float32", *settings])
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
+    harness.submit("long", PROMPTS["long"], greedy)
+    first = harness.run_until_finished()
+    # Prefill and decode of several sequences in one batch, one of them from the prefix cache.
+    harness.submit("short", PROMPTS["short"], greedy)
+    harness.submit("shares-a-prefix", PROMPTS["shares-a-prefix"], greedy)
+    return {**first, **harness.run_until_finished()}
+
+
+def test_a_scheduler_on_the_tiny_llama_decodes_as_with_torch_native(tercet_scheduler):
+    ours = greedy_tokens(tercet_scheduler, ["attention.backend=paged_cpu"])
+    assert ours == greedy_tokens(tercet_scheduler, ["attention.backend=torch_native"])
+    assert {rid: len(tokens) for rid, tokens in ours.items()} == {rid: 8 for rid in PROMPTS}
