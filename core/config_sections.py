@@ -115,7 +115,8 @@ class IpcConfig:
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    backend: str = "torch_native"
+    # "auto": the built-in suited to the device (paged_cpu on a CPU, torch_native elsewhere).
+    backend: str = "auto"
 
 
 @dataclass(frozen=True)

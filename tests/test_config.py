@@ -17,7 +17,7 @@ def test_defaults_match_the_documented_names():
     assert (config.server.host, config.server.port) == ("127.0.0.1", 30000)
     assert config.ipc.transport == "ipc" and config.ipc.serializer == "msgpack"
     assert config.scheduler.policy == "fcfs"
-    assert config.attention.backend == "torch_native"
+    assert config.attention.backend == "auto"
     assert config.server.max_prompts_per_request == 256
     overrides = parse_set_options(["server.max_prompts_per_request=8"])
     assert load_config(environ={}, overrides=overrides).server.max_prompts_per_request == 8

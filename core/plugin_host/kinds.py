@@ -96,12 +96,15 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
         kind="attention backend",
         registry="attention_backends",
         config_key=("attention", "backend"),
+        extra_choices=("auto",),
         doc="""Register attention backends, chosen by ``[attention] backend``.
 
     ``register(name, factory)`` where ``factory(layout)`` takes a
     :class:`tercet.model.attention.AttentionLayout` and returns a
     :class:`tercet.model.attention.AttentionBackend`: attention of a whole
     batch over the paged KV cache, one call per layer per step.
+    ``backend = "auto"`` (the default) is ``paged_cpu`` on a CPU and
+    ``torch_native`` elsewhere.
     """,
     ),
     ComponentKind(

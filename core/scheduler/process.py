@@ -23,15 +23,30 @@ def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_wri
     )
 
 
+# What ``attention.backend = "auto"`` runs, by device type; any other device gets the fallback.
+AUTO_ATTENTION_BACKENDS = {"cpu": "paged_cpu"}
+AUTO_ATTENTION_FALLBACK = "torch_native"
+
+
 def model_components(context):
     """The plugins' parts a model runner is built from, as this process's config chooses them."""
     from tercet.model.components import ModelComponents
 
     return ModelComponents(
-        attention_backend=context.chosen("attention_backends"),
+        attention_backend=context.chosen("attention_backends") or _auto_attention_backend(context),
         linear_methods=context.registries.linear_methods.factories(),
         architectures=context.registries.model_architectures.factories(),
     )
+
+
+def _auto_attention_backend(context):
+    """The built-in backend for the configured device, or the fallback when that plugin is disabled."""
+    from tercet.model.model_runner import resolve_device
+
+    backends = context.registries.attention_backends
+    device = resolve_device(context.config.model.device)
+    preferred = AUTO_ATTENTION_BACKENDS.get(device.type, AUTO_ATTENTION_FALLBACK)
+    return backends.get(preferred if preferred in backends.names() else AUTO_ATTENTION_FALLBACK)
 
 
 def build_model_runner(context, tp=None):
