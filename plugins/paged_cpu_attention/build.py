@@ -3,7 +3,7 @@
 The C source ships in this package; the first process that needs it compiles
 it with the system's C compiler (``-O3 -march=native -fopenmp``: the kernel is
 built for the CPU it runs on) into tercet's cache, under a name that is a
-digest of the source, the flags and the compiler. A later start, or another
+digest of the source, the flags, the compiler and the CPU. A later start, or another
 process of the same server, loads what is there. Several processes compiling
 at once each write their own file and rename it into place: the first rename
 wins, and every one of them loads a whole library.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -43,12 +44,24 @@ def compiler() -> str:
     raise KernelUnavailable("no C compiler found (set CC, or install gcc)")
 
 
+def cpu_identity() -> str:
+    """The CPU's model and instruction-set flags: ``-march=native`` code is only for CPUs like it,
+    and a cache directory may be shared by machines that differ (a home directory over NFS)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(sorted({line.strip() for line in lines if line.split(":")[0].strip() in wanted}))
+
+
 def library_path(cache_dir: Path | None = None) -> Path:
-    """Where the compiled kernel of this source, these flags and this compiler lives."""
+    """Where the compiled kernel of this source, these flags, this compiler and this CPU lives."""
     source = resources.files(__package__).joinpath(SOURCE).read_bytes()
     cc = compiler()
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    digest = hashlib.sha256(source + " ".join(FLAGS).encode() + version.encode()).hexdigest()[:16]
+    key = source + " ".join(FLAGS).encode() + version.encode() + cpu_identity().encode()
+    digest = hashlib.sha256(key).hexdigest()[:16]
     return Path(cache_dir or default_cache_dir()) / "kernels" / f"paged_decode_attention-{digest}.so"
 
 

@@ -146,3 +146,12 @@ def test_a_scheduler_on_the_tiny_llama_decodes_as_with_torch_native(tercet_sched
     ours = greedy_tokens(tercet_scheduler, ["attention.backend=paged_cpu"])
     assert ours == greedy_tokens(tercet_scheduler, ["attention.backend=torch_native"])
     assert {rid: len(tokens) for rid, tokens in ours.items()} == {rid: 8 for rid in PROMPTS}
+
+
+def test_the_compiled_kernel_is_kept_per_cpu(monkeypatch, tmp_path):
+    import tercet.plugins.paged_cpu_attention.build as build_module
+
+    here = build_module.library_path(tmp_path)
+    monkeypatch.setattr(build_module, "cpu_identity", lambda: "flags: sse2")
+    assert build_module.library_path(tmp_path) != here
+    assert here.parent == tmp_path / "kernels"
