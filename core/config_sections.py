@@ -50,6 +50,9 @@ class ModelConfig:
     # says, and without one none (a decoder then only generates); mean, last,
     # cls: that pooling, L2-normalised, whatever the folder says.
     pooling: str = _choice("auto", "auto", "none", "mean", "last", "cls")
+    # torch's CPU threads in each scheduler process. 0: as many as the cores that other
+    # processes leave free, looked at about once a second (tercet.model.cpu_threads).
+    cpu_threads: int = _at_least(0, 0)
 
 
 @dataclass(frozen=True)

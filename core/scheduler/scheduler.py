@@ -36,6 +36,7 @@ from tercet.ipc.messages import (
     choice_rid,
 )
 from tercet.metrics.stage_timer import stage_timer
+from tercet.model.cpu_threads import cpu_threads_of
 from tercet.processes.context import ProcessContext
 from tercet.processes.manager_io import ManagerIO
 from tercet.processes.watchdog import StepHeartbeat
@@ -85,6 +86,8 @@ class Scheduler:
         self.rank = rank
         self.model_runner = model_runner
         self.tp = model_runner.tp
+        # On the CPU, the threads the model computes with follow the cores other processes leave free.
+        self.cpu_threads = cpu_threads_of(config.model.cpu_threads, model_runner.device)
         self.failures = ContainedFailures(f"scheduler (rank {rank})", logger)
         self.kv_memory = RequestKVMemory(model_runner, prefix_cache_of(model_runner, config.cache))
         self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
@@ -176,6 +179,8 @@ class Scheduler:
                 self.heartbeat.rest()
             self.receive_and_dispatch(block=idle)
             self.heartbeat.beat()
+            if self.cpu_threads is not None:
+                self.cpu_threads.check()
             self.run_step()
             self.timer.end_step()
 

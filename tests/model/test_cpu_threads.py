@@ -1,0 +1,91 @@
+"""The CPU thread count follows the cores other processes leave free."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tercet.model.cpu_threads import CpuThreads, CpuUsage, read_cpu_usage, threads_for
+
+TWO_CPUS = frozenset({0, 1})
+
+
+class FakeMachine:
+    """Cumulative usage readings that the test moves on: others' busy cores and our own."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.cores_busy_s = 0.0
+        self.own_s = 0.0
+        self.threads_set: list[int] = []
+
+    def read(self, cpus):
+        return CpuUsage(self.cores_busy_s, self.own_s, self.now)
+
+    def run(self, seconds: float, others_cores: float, own_cores: float) -> None:
+        self.now += seconds
+        self.own_s += own_cores * seconds
+        self.cores_busy_s += (others_cores + own_cores) * seconds
+
+
+def keeper(machine: FakeMachine, configured: int = 0, current: int = 2) -> CpuThreads:
+    return CpuThreads(configured, machine.threads_set.append, current, cpus=TWO_CPUS, read_usage=machine.read,
+                      clock=lambda: machine.now)
+
+
+@pytest.mark.parametrize("others, expected", [(0.0, 2), (0.3, 2), (0.9, 1), (1.0, 1), (1.7, 1), (2.0, 1)])
+def test_the_threads_are_the_cores_left_and_at_least_one(others, expected):
+    assert threads_for(2, others) == expected
+
+
+def test_a_busy_neighbour_takes_a_thread_and_gives_it_back_when_it_stops():
+    machine = FakeMachine()
+    threads = keeper(machine)
+    machine.run(1.5, others_cores=1.0, own_cores=1.0)
+    threads.check()
+    assert machine.threads_set == [1]
+    machine.run(1.5, others_cores=1.0, own_cores=1.0)
+    threads.check()
+    assert machine.threads_set == [1]  # nothing changes while the neighbour stays
+    machine.run(1.5, others_cores=0.0, own_cores=1.0)
+    threads.check()
+    assert machine.threads_set == [1, 2]
+
+
+def test_it_looks_at_most_once_an_interval():
+    machine = FakeMachine()
+    threads = keeper(machine)
+    machine.run(0.5, others_cores=1.0, own_cores=1.0)
+    threads.check()
+    assert machine.threads_set == []
+    machine.run(0.6, others_cores=1.0, own_cores=1.0)
+    threads.check()
+    assert machine.threads_set == [1]
+
+
+def test_our_own_use_is_not_counted_as_others():
+    machine = FakeMachine()
+    threads = keeper(machine)
+    machine.run(2.0, others_cores=0.1, own_cores=2.0)
+    threads.check()
+    assert machine.threads_set == []
+
+
+def test_a_configured_count_is_used_as_it_is_and_never_changed():
+    machine = FakeMachine()
+    threads = keeper(machine, configured=1)
+    assert machine.threads_set == [1]
+    machine.run(5.0, others_cores=0.0, own_cores=1.0)
+    threads.check()
+    assert machine.threads_set == [1]
+
+
+def test_the_real_readings_are_seconds_of_this_machine():
+    cpus = frozenset(os.sched_getaffinity(0))
+    first = read_cpu_usage(cpus)
+    sum(range(3_000_000))  # some work of our own
+    second = read_cpu_usage(cpus)
+    assert first is not None and second is not None
+    assert second.own_s > first.own_s and second.at_s > first.at_s
+    assert second.cores_busy_s >= first.cores_busy_s
