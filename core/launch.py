@@ -71,8 +71,13 @@ def launch_server(config: TercetConfig) -> int:
         timeout = config.server.startup_timeout
         if topology.spans_nodes:
             hub, port_args = open_node_hub(config, topology, port_args, supervisor)
-        port_args, first_report = _start_schedulers(config, topology, port_args, supervisor, hub)
-        supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
+        # On one node every endpoint is known already, so the detokenizer starts beside the first
+        # schedulers; across nodes it waits for the inputs the other nodes bound.
+        detokenizer = ("detokenizer", run_detokenizer_process, (config, port_args), None)
+        early = () if topology.spans_nodes else (detokenizer,)
+        port_args, first_report = _start_schedulers(config, topology, port_args, supervisor, hub, early)
+        if not early:
+            supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
         exit_code = asyncio.run(serve_api(context, port_args, supervisor, first_report["context_len"],
                                           ModelAbilities.from_dict(first_report)))
         return exit_code
@@ -97,8 +102,9 @@ def _warn_if_the_serializer_trusts_its_peers(context: ProcessContext) -> None:
 
 
 def _start_schedulers(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor,
-                      hub: NodeHub | None) -> tuple[PortArgs, dict]:
-    """Start this node's scheduler workers, rank by rank, and wait for the other nodes' when there are any.
+                      hub: NodeHub | None, with_first: tuple = ()) -> tuple[PortArgs, dict]:
+    """Start this node's scheduler workers, rank by rank (and the children ``with_first`` beside
+    the first rank's), and wait for the other nodes' when there are any.
 
     Returns the endpoints with every rank's input as bound (a rank on another node picked its
     own port) and data-parallel rank 0's ready report (its context length and what the model can do)."""
@@ -112,7 +118,7 @@ def _start_schedulers(config: TercetConfig, topology: Topology, port_args: PortA
             heartbeat = StepHeartbeat()
             name = scheduler_name(rank, worker.tp_rank, topology.dp_size, topology.tp_size)
             group.append((name, run_scheduler_process, (config, port_args, rank, heartbeat, worker.tp_rank), heartbeat))
-        reports = supervisor.start_together(group, timeout)
+        reports = supervisor.start_together([*group, *(with_first if rank == 0 else ())], timeout)
         if workers[0].tp_rank == 0:
             inputs[rank] = reports[0]["input"]
         if rank == 0:

@@ -137,7 +137,11 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, shape: LlamaShape, shards: LlamaShards):
         super().__init__()
-        self.embed_tokens = nn.Embedding(shards.local_vocab, shape.hidden_size)
+        # Given an empty table: the checkpoint fills it, and initialising it at random on the
+        # meta device (normal_) would import torch's Python reference ops, a second at every start.
+        self.embed_tokens = nn.Embedding(
+            shards.local_vocab, shape.hidden_size, _weight=torch.empty(shards.local_vocab, shape.hidden_size)
+        )
         self.layers = nn.ModuleList(LlamaDecoderLayer(shape, i, shards) for i in range(shape.num_layers))
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
