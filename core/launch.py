@@ -68,16 +68,9 @@ def launch_server(config: TercetConfig) -> int:
     hub = None
     exit_code = 1
     try:
-        timeout = config.server.startup_timeout
         if topology.spans_nodes:
             hub, port_args = open_node_hub(config, topology, port_args, supervisor)
-        # On one node every endpoint is known already, so the detokenizer starts beside the first
-        # schedulers; across nodes it waits for the inputs the other nodes bound.
-        detokenizer = ("detokenizer", run_detokenizer_process, (config, port_args), None)
-        early = () if topology.spans_nodes else (detokenizer,)
-        port_args, first_report = _start_schedulers(config, topology, port_args, supervisor, hub, early)
-        if not early:
-            supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), timeout)
+        port_args, first_report = _start_children(config, topology, port_args, supervisor, hub)
         exit_code = asyncio.run(serve_api(context, port_args, supervisor, first_report["context_len"],
                                           ModelAbilities.from_dict(first_report)))
         return exit_code
@@ -99,6 +92,19 @@ def _warn_if_the_serializer_trusts_its_peers(context: ProcessContext) -> None:
             "ipc.serializer = %r can run code chosen by anyone able to write to the IPC endpoints; "
             "use it only when every process on them is trusted", context.config.ipc.serializer,
         )
+
+
+def _start_children(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor,
+                    hub: NodeHub | None) -> tuple[PortArgs, dict]:
+    """The schedulers and the detokenizer. On one node every endpoint is known already, so the
+    detokenizer starts beside the first schedulers; across nodes it waits for the inputs the
+    other nodes bound. Returns what :func:`_start_schedulers` does."""
+    detokenizer = ("detokenizer", run_detokenizer_process, (config, port_args), None)
+    early = () if topology.spans_nodes else (detokenizer,)
+    port_args, first_report = _start_schedulers(config, topology, port_args, supervisor, hub, early)
+    if not early:
+        supervisor.start("detokenizer", run_detokenizer_process, (config, port_args), config.server.startup_timeout)
+    return port_args, first_report
 
 
 def _start_schedulers(config: TercetConfig, topology: Topology, port_args: PortArgs, supervisor: ChildSupervisor,
