@@ -96,6 +96,28 @@ static inline float exp_nonpositive(float x) {
     return p * scale;
 }
 
+/* One block's scores of one query head become its softmax weights, in place, against the
+ * running maximum and sum (the online softmax); returns the factor the head's weighted sum
+ * must be scaled by first (1 when the maximum did not move). */
+static inline float softmax_block(float *score, int count, float *maximum, float *sum) {
+    float block_max = *maximum;
+    for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
+    float rescale = 1.0f;
+    if (block_max > *maximum) {
+        rescale = exp_nonpositive(*maximum - block_max);
+        *sum *= rescale;
+        *maximum = block_max;
+    }
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+    for (int j = 0; j < BLOCK; j++) {
+        score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
+        total += score[j];
+    }
+    *sum += total;
+    return rescale;
+}
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -151,23 +173,11 @@ static inline __attribute__((always_inline)) void attend_avx512_body(
             for (int g = 0; g < group; g++) scores[g * BLOCK + j] = _mm512_reduce_add_ps(dots[g]);
         }
         for (int g = 0; g < group; g++) {
-            float *score = scores + g * BLOCK;
-            float block_max = maxima[g];
-            for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
-            if (block_max > maxima[g]) {
-                float rescale = exp_nonpositive(maxima[g] - block_max);
-                sums[g] *= rescale;
+            float rescale = softmax_block(scores + g * BLOCK, count, maxima + g, sums + g);
+            if (rescale != 1.0f) {
                 __m512 factor = _mm512_set1_ps(rescale);
                 for (int c = 0; c < chunks; c++) acc[g * chunks + c] = _mm512_mul_ps(acc[g * chunks + c], factor);
-                maxima[g] = block_max;
             }
-            float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-            for (int j = 0; j < BLOCK; j++) {
-                score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
-                total += score[j];
-            }
-            sums[g] += total;
         }
         for (int j = 0; j < count; j++) {
             for (int c = 0; c < chunks; c++) {
@@ -254,23 +264,12 @@ static void attend_split(const float *queries, int group, int head_dim, const vo
         }
         for (int g = 0; g < group; g++) {
             float *score = scores + g * BLOCK;
-            float block_max = maxima[g];
-            for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
             float *acc = weighted + (int64_t)g * head_dim;
-            if (block_max > maxima[g]) {
-                float rescale = exp_nonpositive(maxima[g] - block_max);
-                sums[g] *= rescale;
+            float rescale = softmax_block(score, count, maxima + g, sums + g);
+            if (rescale != 1.0f) {
 #pragma omp simd
                 for (int d = 0; d < head_dim; d++) acc[d] *= rescale;
-                maxima[g] = block_max;
             }
-            float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-            for (int j = 0; j < BLOCK; j++) {
-                score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
-                total += score[j];
-            }
-            sums[g] += total;
             for (int j = 0; j < count; j++) {
                 const float weight = score[j];
                 const float *value = values + j * head_dim;
