@@ -1,12 +1,15 @@
-"""Where torch's weight-only kernels beat bfloat16: the decoder's linear layers at each batch size.
+"""The decoder's linear layers at each batch size: the block kernel, torch's weight-only kernels, dense bfloat16.
 
-Times the default model's linear layers, as the linear methods make them
-from its GGUF (q4_1 blocks, q8_0 LM head, int8 per channel) and dense in
-bfloat16 (oneDNN-packed), called back to back for each batch size. Prints
-one row per batch size and the crossover: the smallest batch at which dense
-bfloat16 is faster. Run on an otherwise idle machine:
+Makes the default model's linear layers from its GGUF as the linear methods
+do (q4_1 blocks, a q8_0 LM head) on tercet's block kernel
+(plugins/linear_layers/block_matmul.c) and on torch's int4 kernel, and dense
+in bfloat16 (oneDNN-packed), then calls all 30 decoder layers' four fused
+projections back to back for each batch size, so the weights come from
+memory as in a real step. Prints one row per batch size (the best of several
+trials: the machine may be shared) and the batch from which dense bfloat16
+beats each quantized path. Run on an otherwise idle machine:
 
-    python benchmarks/linear_kernels.py --batch-sizes 1 2 4 8 16 32
+    python benchmarks/linear_kernels.py --batch-sizes 1 2 4 8 16 32 64
 """
 
 from __future__ import annotations
@@ -19,69 +22,74 @@ import torch
 from tercet.formats.checkpoint import open_checkpoint
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.linear_method import LinearTarget
-from tercet.model.weights import FUSED_PROJECTIONS
-from tercet.plugins.linear_layers.methods import BlockLinearMethod, DenseLinearMethod, Int8LinearMethod
+from tercet.model.weights import FUSED_PROJECTIONS, _joined
+from tercet.plugins.linear_layers.block_matmul import load_block_matmul
+from tercet.plugins.linear_layers.methods import BlockLinearMethod, DenseLinearMethod
 
 
-def layers_of_first_block(method_for, dtype: torch.dtype) -> list[torch.nn.Module]:
-    """One decoder layer's four fused linear layers, made by ``method_for(weight)``."""
+def decoder_layers(method, target: LinearTarget) -> list[torch.nn.Module]:
+    """Every decoder layer's four fused linear layers, made by ``method``."""
     parts: dict[str, list] = {}
     for name, tensor in open_checkpoint(find_default_gguf()).tensors():
-        if not name.startswith("model.layers.0.") or not name.endswith(".weight") or len(tensor.shape) != 2:
+        if not name.startswith("model.layers.") or not name.endswith(".weight") or len(tensor.shape) != 2:
             continue
-        fused = next((f for fragment, (f, _) in FUSED_PROJECTIONS.items() if fragment in name), name)
+        fused = next((name.replace(f, fused) for f, (fused, _) in FUSED_PROJECTIONS.items() if f in name), name)
         parts.setdefault(fused, []).append(tensor)
-    target = LinearTarget("bench", dtype, torch.device("cpu"))
-    layers = []
-    for tensors in parts.values():
-        from tercet.model.weights import _joined
-
-        layers.append(method_for().create(_joined(tensors), None, target))
-    return layers
+    return [method.create(_joined(tensors), None, target) for tensors in parts.values()]
 
 
-def head(method_for, dtype: torch.dtype) -> torch.nn.Module:
+def head(method, target: LinearTarget) -> torch.nn.Module:
     embedding = dict(open_checkpoint(find_default_gguf()).tensors())["model.embed_tokens.weight"]
-    return method_for().create(embedding, None, LinearTarget("lm_head", dtype, torch.device("cpu")))
+    return method.create(embedding, None, target)
 
 
-def milliseconds(layers, batch_size: int, repeats: int) -> float:
+def milliseconds(layers, batch_size: int, trials: int) -> float:
     inputs = [torch.randn(batch_size, layer.in_features).bfloat16() for layer in layers]
-    for _ in range(3):
+    for layer, x in zip(layers, inputs):
+        layer(x)
+    best = float("inf")
+    for _ in range(trials):
+        started = time.perf_counter()
         for layer, x in zip(layers, inputs):
             layer(x)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        for layer, x in zip(layers, inputs):
-            layer(x)
-    return (time.perf_counter() - started) / repeats * 1e3
+        best = min(best, time.perf_counter() - started)
+    return best * 1e3
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--trials", type=int, default=10)
     arguments = parser.parse_args()
-    dtype = torch.bfloat16
-    methods = {
-        "q4_1": lambda: BlockLinearMethod("Q4_1"),
-        "int8": Int8LinearMethod,
-        "dense bf16": DenseLinearMethod,
+    if load_block_matmul() is None:
+        raise SystemExit("the block kernel does not run here (see the log line above)")
+
+    def target(native_kernels: bool) -> LinearTarget:
+        return LinearTarget("bench", torch.bfloat16, torch.device("cpu"), native_kernels=native_kernels)
+
+    paths = {
+        "block kernel": (BlockLinearMethod("Q4_1"), BlockLinearMethod("Q8_0"), target(True)),
+        "torch int4": (BlockLinearMethod("Q4_1"), BlockLinearMethod("Q8_0"), target(False)),
+        "dense bf16": (DenseLinearMethod(), DenseLinearMethod(), target(False)),
     }
-    decoder = {name: layers_of_first_block(method, dtype) for name, method in methods.items()}
-    heads = {"q8_0": head(lambda: BlockLinearMethod("Q8_0"), dtype), "dense bf16": head(DenseLinearMethod, dtype)}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; decoder times are one layer's x 30")
-    print("| batch | " + " | ".join(f"decoder {name} (ms)" for name in decoder) + " | " + " | ".join(f"head {name} (ms)" for name in heads) + " |")
+    decoder = {name: decoder_layers(method, where) for name, (method, _, where) in paths.items()}
+    heads = {name: head(method, where) for name, (_, method, where) in paths.items()}
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of {arguments.trials} trials")
+    print("| batch | " + " | ".join(f"decoder {name} (ms)" for name in decoder) + " | "
+          + " | ".join(f"head {name} (ms)" for name in heads) + " |")
     print("|---" * (1 + len(decoder) + len(heads)) + "|")
-    crossover = None
+    dense_wins_from: dict[str, int | None] = {"block kernel": None, "torch int4": None}
     for batch_size in arguments.batch_sizes:
-        decoder_ms = {name: 30 * milliseconds(layers, batch_size, arguments.repeats) for name, layers in decoder.items()}
-        head_ms = {name: milliseconds([layer], batch_size, arguments.repeats) for name, layer in heads.items()}
-        print(f"| {batch_size} | " + " | ".join(f"{value:.1f}" for value in decoder_ms.values()) + " | "
+        decoder_ms = {name: milliseconds(layers, batch_size, arguments.trials) for name, layers in decoder.items()}
+        head_ms = {name: milliseconds([layer], batch_size, arguments.trials) for name, layer in heads.items()}
+        print(f"| {batch_size} | " + " | ".join(f"{value:.2f}" for value in decoder_ms.values()) + " | "
               + " | ".join(f"{value:.2f}" for value in head_ms.values()) + " |", flush=True)
-        if crossover is None and decoder_ms["dense bf16"] < decoder_ms["q4_1"]:
-            crossover = batch_size
-    print(f"crossover (dense bfloat16 faster than q4_1 from batch): {crossover}")
+        for name, wins_from in dense_wins_from.items():
+            total = decoder_ms[name] + head_ms[name]
+            if wins_from is None and decoder_ms["dense bf16"] + head_ms["dense bf16"] < total:
+                dense_wins_from[name] = batch_size
+    for name, wins_from in dense_wins_from.items():
+        print(f"dense bfloat16 beats {name} (decoder + head) from batch: {wins_from or 'never, in these sizes'}")
 
 
 if __name__ == "__main__":

@@ -40,10 +40,14 @@ class ModelConfig:
     # Bytes for the KV pool (an integer or a size such as "512MiB"); the pool
     # holds as many tokens as fit. cache.max_total_tokens, when set, wins.
     kv_cache_memory: str = field(default="192MiB", metadata={"byte_size": True})
-    # On CPU, a quantized linear layer fed this many rows (tokens in one step)
-    # or more runs on a bfloat16 copy of its weights kept beside its codes:
-    # torch's weight-only kernels lose to dense bfloat16 from 8 rows on. 0: no
-    # copy (2 bytes a weight less), the quantized kernels at every batch size.
+    # On CPU in bfloat16 with AVX-512 BF16, GGUF block layers (q4_0, q4_1, q8_0)
+    # run on tercet's block kernel (plugins/linear_layers/block_matmul.c) at every
+    # batch size, with no dense copy. false: torch's kernels, as below.
+    native_kernels: bool = True
+    # Where torch's weight-only kernels run a quantized layer on CPU (not the
+    # block kernel): fed this many rows (tokens in one step) or more, it runs on
+    # a bfloat16 copy of its weights kept beside its codes, as torch's kernels
+    # lose to dense bfloat16 from 8 rows on. 0: no copy (2 bytes a weight less).
     dense_from_rows: int = _at_least(8, 0)
     # How /v1/embeddings turns the final hidden states into one vector (see
     # tercet.formats.pooling_spec). auto: as the folder's sentence-transformers modules.json

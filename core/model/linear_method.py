@@ -37,6 +37,9 @@ class LinearTarget:
     # A quantized layer fed at least this many rows (tokens of a step) may run
     # on a dense copy of its weights, kept beside its codes; 0: never, no copy.
     dense_from_rows: int = 0
+    # A method may run the layer on tercet's own C kernels where it has one for
+    # this device and dtype (the GGUF block methods on CPU in bfloat16); False: torch's only.
+    native_kernels: bool = True
 
 
 class LinearMethod(abc.ABC):

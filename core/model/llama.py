@@ -146,6 +146,17 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
 
 
+def _allocate_on(module: nn.Module, device: torch.device) -> None:
+    """``module.to_empty(device, recurse=False)``, without its cost: ``to_empty`` goes through
+    ``empty_like`` of meta tensors, whose first call imports torch's Python reference ops
+    (about half a second of every start)."""
+    for name, param in list(module.named_parameters(recurse=False)):
+        empty = torch.empty(param.shape, dtype=param.dtype, device=device)
+        setattr(module, name, nn.Parameter(empty, requires_grad=param.requires_grad))
+    for name, buffer in list(module.named_buffers(recurse=False)):
+        module._buffers[name] = torch.empty(buffer.shape, dtype=buffer.dtype, device=device)
+
+
 class LlamaForCausalLM(nn.Module):
     """``forward(batch)`` returns float32 logits ``[B, vocab]`` of each sequence's last new token.
 
@@ -176,7 +187,7 @@ class LlamaForCausalLM(nn.Module):
             self.to(dtype)
         for module in self.modules():
             if not isinstance(module, nn.Linear):
-                module.to_empty(device=self.device, recurse=False)
+                _allocate_on(module, self.device)
         self.rotary = RotaryEmbedding(
             RopeSettings.from_config(config),
             self.shape.head_dim,

@@ -63,7 +63,7 @@ class ModelRunner:
         self._open_decoder_checkpoint(model.path, components.architectures)
         self.quantization = model.quantization
         self.linear_methods = LinearMethodChoice.from_quantization(
-            model.quantization, components.linear_methods, model.dense_from_rows
+            model.quantization, components.linear_methods, model.dense_from_rows, model.native_kernels
         )
         self.device = resolve_device(model.device)
         quantized = _runs_quantized(self.checkpoint, self.linear_methods)

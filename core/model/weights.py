@@ -56,17 +56,20 @@ class LinearMethodChoice:
     methods: Mapping[str, Callable[[], LinearMethod]]
     # Rows from which quantized layers run on a dense copy (LinearTarget.dense_from_rows).
     dense_from_rows: int = 0
+    # Whether methods may use tercet's own kernels (LinearTarget.native_kernels).
+    native_kernels: bool = True
     _made: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_quantization(
-        cls, quantization: str, methods: Mapping[str, Callable[[], LinearMethod]], dense_from_rows: int = 0
+        cls, quantization: str, methods: Mapping[str, Callable[[], LinearMethod]], dense_from_rows: int = 0,
+        native_kernels: bool = True,
     ):
         fixed = {"auto": None, "none": "dense"}.get(quantization, quantization)
         if fixed is not None and fixed not in methods:
             available = ", ".join(["auto", "none", *sorted(methods)])
             raise ConfigError(f"model.quantization {quantization!r} is not a linear method; available: {available}")
-        return cls(fixed, methods, dense_from_rows)
+        return cls(fixed, methods, dense_from_rows, native_kernels)
 
     def name_for(self, weight, module_name: str) -> str:
         if self.fixed is not None:
@@ -224,8 +227,12 @@ def _linear_shapes(model: LlamaForCausalLM) -> dict[str, tuple[int, int]]:
 
 
 def _target(model: LlamaForCausalLM, name: str, choice: LinearMethodChoice | None = None) -> LinearTarget:
-    dense_from_rows = choice.dense_from_rows if choice is not None else 0
-    return LinearTarget(name=name, dtype=model.dtype, device=model.device, dense_from_rows=dense_from_rows)
+    if choice is None:
+        return LinearTarget(name=name, dtype=model.dtype, device=model.device)
+    return LinearTarget(
+        name=name, dtype=model.dtype, device=model.device, dense_from_rows=choice.dense_from_rows,
+        native_kernels=choice.native_kernels,
+    )
 
 
 def _is_placeholder(module: nn.Module) -> bool:

@@ -13,6 +13,10 @@ A plugin says which versions it works with by a module-level
 a plugin whose range leaves out the running version is refused at start-up
 with an error naming both. A plugin that declares nothing is assumed to fit.
 
+A plugin with a kernel in C ships the source and loads it with
+:func:`load_native_library` (built once per machine into tercet's cache;
+:class:`NativeBuildError` says why it cannot be, so the plugin can fall back).
+
 Nothing here imports torch or another heavy library: plugins are imported in
 every process. The model-side building blocks a linear method, an attention
 backend or an architecture needs at run time (quantized blocks, forward
@@ -41,6 +45,8 @@ from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.linear_method import LinearMethod, LinearTarget
 from tercet.plugin_host.compatibility import API_VERSION
 from tercet.plugin_host.hookspecs import hookimpl
+from tercet.plugin_host.native_build import NativeBuildError, NativeSource
+from tercet.plugin_host.native_build import load_library as load_native_library
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
@@ -72,6 +78,8 @@ __all__ = [
     "LinearTarget",
     "MessageRegistry",
     "ModelArchitecture",
+    "NativeBuildError",
+    "NativeSource",
     "PrefixCacheView",
     "RequestError",
     "RequestView",
@@ -87,5 +95,6 @@ __all__ = [
     "UnknownMessageError",
     "default_cache_dir",
     "hookimpl",
+    "load_native_library",
     "read_call_object",
 ]

@@ -23,23 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tercet_bfloat16.h"
+
 enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1 };
-
-static inline float bf16_to_float(uint16_t bits) {
-    uint32_t widened = (uint32_t)bits << 16;
-    float value;
-    memcpy(&value, &widened, sizeof value);
-    return value;
-}
-
-static inline uint16_t float_to_bf16(float value) {
-    /* Round to nearest, ties to even, as torch's conversion does. */
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x0040u); /* NaN stays NaN */
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
 
 /* Row `index` of a [rows, width] array of `dtype`, widened to float32 into `out`. */
 static inline void load_row(const void *base, int dtype, int64_t index, int width, float *out) {

@@ -19,6 +19,7 @@ import torch
 
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
+from tercet.plugins.linear_layers.block_matmul import load_block_matmul
 from tercet.testing.runner_factory import model_runner_for
 from tercet.tokenizer.loading import load_tokenizer
 
@@ -29,11 +30,11 @@ FLOAT32_POSITIONS = 24
 FLOAT32_TOLERANCE = 1e-3
 
 
-def _runner(quantization: str, dtype: str, dense_from_rows: int = 0) -> ModelRunner:
+def _runner(quantization: str, dtype: str, dense_from_rows: int = 0, native_kernels: bool = False) -> ModelRunner:
     # dense_from_rows=0 unless asked: a 300-token prompt would otherwise run on the dense copy.
     return model_runner_for(
         find_default_gguf(), dtype=dtype, device="cpu", quantization=quantization, max_total_tokens=512,
-        page_size=16, max_running_requests=2, dense_from_rows=dense_from_rows,
+        page_size=16, max_running_requests=2, dense_from_rows=dense_from_rows, native_kernels=native_kernels,
     )
 
 
@@ -57,15 +58,25 @@ def reference(text_ids) -> torch.Tensor:
     return _logprobs(_runner("none", "float32"), text_ids)
 
 
-@pytest.mark.parametrize("dense_from_rows", [0, 8], ids=["int4 kernels", "dense copy for many rows"])
-def test_served_q4_1_agrees_with_the_dequantized_weights(text_ids, reference, dense_from_rows):
-    runner = _runner("auto", "auto", dense_from_rows)
+PATHS = {
+    "block kernel": dict(native_kernels=True),
+    "torch's int4 kernels": dict(dense_from_rows=0),
+    "dense copy for many rows": dict(dense_from_rows=8),
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_served_q4_1_agrees_with_the_dequantized_weights(text_ids, reference, path):
+    if path == "block kernel" and load_block_matmul() is None:
+        pytest.skip("this CPU has no AVX-512 BF16: the block kernel is not used here")
+    runner = _runner("auto", "auto", **PATHS[path])
     assert runner.dtype == torch.bfloat16
     assert runner.load_report.layers_by_method == {"q4_1": 120, "q8_0": 1}
     served = _logprobs(runner, text_ids)
     agreement = (served.argmax(-1) == reference.argmax(-1)).float().mean().item()
     following = torch.tensor(text_ids[1:])[:, None]
     difference = (served[:-1].gather(1, following) - reference[:-1].gather(1, following)).abs().max().item()
+    print(f"{path}: top-1 agreement {agreement:.3f}, largest log-probability difference {difference:.3f}")
     assert agreement >= MIN_TOP1_AGREEMENT, f"top-1 agreement {agreement:.3f}"
     assert difference <= MAX_LOGPROB_DIFFERENCE, f"largest log-probability difference {difference:.3f}"
 

@@ -10,14 +10,15 @@ from tercet.errors import ConfigError
 from tercet.formats.gguf_blocks import quantize_blocks
 from tercet.model.linear_method import LinearTarget
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
+from tercet.plugins.linear_layers.block_matmul import KernelBlockLinear, load_block_matmul
 from tercet.plugins.linear_layers.methods import BlockLinearMethod, DenseLinearMethod, Int8LinearMethod
 from tercet.plugins.linear_layers.quantized import Int8ChannelLinear, quantize_per_channel
 
 CPU = torch.device("cpu")
 
 
-def _target(dtype=torch.float32) -> LinearTarget:
-    return LinearTarget("model.layers.0.mlp.down_proj", dtype, CPU)
+def _target(dtype=torch.float32, **settings) -> LinearTarget:
+    return LinearTarget("model.layers.0.mlp.down_proj", dtype, CPU, **settings)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,12 @@ def test_a_block_layer_in_float32_equals_its_dequantized_weight(weight, inputs, 
     torch.testing.assert_close(layer(inputs), expected, atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("native_kernels", [True, False], ids=["block kernel where it runs", "torch's kernels"])
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0"])
-def test_a_block_layer_in_bfloat16_stays_within_the_rounding_of_its_scales(weight, inputs, type_name):
+def test_a_block_layer_in_bfloat16_stays_within_the_rounding_of_its_scales(weight, inputs, type_name, native_kernels):
     block = quantize_blocks(weight, type_name)
-    layer = BlockLinearMethod(type_name).create(block, None, _target(torch.bfloat16))
+    layer = BlockLinearMethod(type_name).create(block, None, _target(torch.bfloat16, native_kernels=native_kernels))
+    assert isinstance(layer, KernelBlockLinear) == (native_kernels and load_block_matmul() is not None)
     out = layer(inputs.bfloat16()).float()
     expected = inputs.bfloat16().float() @ block.dequantize().t()
     relative = (out - expected).norm() / expected.norm()
@@ -117,7 +120,7 @@ def test_a_weight_whose_width_is_not_a_multiple_of_the_block_is_refused():
 
 def test_from_dense_from_rows_on_a_quantized_layer_runs_on_its_dense_copy(weight, inputs):
     block = quantize_blocks(weight, "Q4_1")
-    target = LinearTarget("model.layers.0.mlp.down_proj", torch.bfloat16, CPU, dense_from_rows=4)
+    target = _target(torch.bfloat16, dense_from_rows=4, native_kernels=False)
     layer = BlockLinearMethod("Q4_1").create(block, None, target)
     assert layer.dense is not None
     few, many = inputs[:3].bfloat16(), inputs.bfloat16()
@@ -126,5 +129,5 @@ def test_from_dense_from_rows_on_a_quantized_layer_runs_on_its_dense_copy(weight
     assert torch.equal(layer(many), layer.dense(many))
     expected = many.float() @ block.dequantize().t()
     assert ((layer(many).float() - expected).norm() / expected.norm()) < 0.01
-    without_copy = BlockLinearMethod("Q4_1").create(block, None, _target(torch.bfloat16))
+    without_copy = BlockLinearMethod("Q4_1").create(block, None, _target(torch.bfloat16, native_kernels=False))
     assert without_copy.dense is None

@@ -1,0 +1,125 @@
+"""C sources that ship in a plugin's package, compiled once per machine and loaded with ctypes.
+
+A plugin with a kernel in C ships the source, not a binary: the first process
+that needs it compiles it with the system's C compiler (by default
+``-O3 -march=native -fopenmp``: built for the CPU it runs on) into tercet's
+cache, under a name that is a digest of the source, the flags, the compiler and
+the CPU. A later start, or another process of the same server, loads what is
+there. Several processes compiling at once each write their own file and
+rename it into place: the first rename wins, and every one of them loads a
+whole library.
+
+No compiler, or one that fails, is a :class:`NativeBuildError` with the reason,
+so that the plugin can fall back to something slower and say why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from tercet.formats.default_model import default_cache_dir
+
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+# tercet's headers for kernels (tercet_bfloat16.h), on every build's include path.
+INCLUDE_DIR = ("tercet.plugin_host", "native_include")
+
+
+def _include_dir():
+    package, folder = INCLUDE_DIR
+    return resources.files(package).joinpath(folder)
+COMPILE_TIMEOUT_S = 120
+
+
+class NativeBuildError(RuntimeError):
+    """The library cannot be built or loaded here; the message says why."""
+
+
+@dataclass(frozen=True)
+class NativeSource:
+    """A C file in ``package`` (``file_name``), built into a library named after ``library_name``."""
+
+    package: str
+    file_name: str
+    library_name: str
+    flags: tuple[str, ...] = DEFAULT_FLAGS
+
+    def text(self) -> bytes:
+        """The source and tercet's headers: what the build reads."""
+        headers = sorted(
+            (entry.name, entry.read_bytes()) for entry in _include_dir().iterdir()
+            if entry.name.endswith(".h")
+        )
+        return resources.files(self.package).joinpath(self.file_name).read_bytes() + repr(headers).encode()
+
+
+def compiler() -> str:
+    """The C compiler: ``$CC``, else ``cc``, ``gcc`` or ``clang``, whichever is found first."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    raise NativeBuildError("no C compiler found (set CC, or install gcc)")
+
+
+def cpu_identity() -> str:
+    """The CPU's model and instruction-set flags: ``-march=native`` code is only for CPUs like it,
+    and a cache directory may be shared by machines that differ (a home directory over NFS)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(sorted({line.strip() for line in lines if line.split(":")[0].strip() in wanted}))
+
+
+def library_path(source: NativeSource, cache_dir: Path | None = None) -> Path:
+    """Where the library of this source, these flags, this compiler and this CPU lives."""
+    cc = compiler()
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = source.text() + " ".join(source.flags).encode() + version.encode() + cpu_identity().encode()
+    digest = hashlib.sha256(key).hexdigest()[:16]
+    return Path(cache_dir or default_cache_dir()) / "kernels" / f"{source.library_name}-{digest}.so"
+
+
+def build_library(source: NativeSource, target: Path) -> Path:
+    """Compile ``source`` into ``target`` (atomically); returns ``target``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        resources.as_file(resources.files(source.package).joinpath(source.file_name)) as path,
+        resources.as_file(_include_dir()) as include,
+    ):
+        handle, partial = tempfile.mkstemp(prefix=target.name, suffix=".partial", dir=target.parent)
+        os.close(handle)
+        try:
+            compiled = subprocess.run(
+                [compiler(), *source.flags, "-I", str(include), "-o", partial, str(path), "-lm"],
+                capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
+            )
+            if compiled.returncode != 0:
+                raise NativeBuildError(f"compiling {source.file_name} failed: {compiled.stderr.strip()[-2000:]}")
+            os.replace(partial, target)
+        except subprocess.TimeoutExpired:
+            raise NativeBuildError(f"compiling {source.file_name} took over {COMPILE_TIMEOUT_S} s") from None
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+    return target
+
+
+def load_library(source: NativeSource, cache_dir: Path | None = None) -> ctypes.CDLL:
+    """The library of ``source``, built first if this machine has no copy yet."""
+    try:
+        path = library_path(source, cache_dir)
+        if not path.exists():
+            build_library(source, path)
+        return ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError) as error:
+        raise NativeBuildError(f"{source.file_name} cannot be built or loaded: {error}") from None

@@ -1,0 +1,312 @@
+/* y = x · Wᵀ for bfloat16 activations and GGUF block weights (Q4_0, Q4_1, Q8_0), read as stored.
+ *
+ * The weights are repacked once at load (block_matmul.py) into units of 16 output
+ * columns × one block of 32 inputs: the codes in the order the kernel consumes them, then
+ * the 16 columns' d (and m) as float16, exactly as the file stores them. Nothing else is
+ * kept: a Q4_1 weight costs 0.625 bytes, as in the file.
+ *
+ * Each unit's codes are widened in registers to bfloat16 pairs and multiplied with
+ * AVX-512 BF16's pair dot product, 16 columns per register, accumulating in float32:
+ *
+ * - 4-bit codes q become the bfloat16 number 128 + q by OR-ing 0x4300 into the nibble
+ *   (128..255 are exact in bfloat16). Then, with s = Σ x over the block,
+ *   Σ (d q + m) x = d Σ (128 + q) x + (m − 128 d) s.
+ * - 8-bit codes are converted through float32: Σ d q x = d Σ q x.
+ *
+ * A unit's codes are widened once for every row of x, so the cost of widening shrinks as
+ * the batch grows, while the bytes read stay those of the file: at one row the kernel is
+ * as fast as memory gives the codes, at 32 rows it does the same multiply-adds as a dense
+ * bfloat16 matmul over a quarter of the bytes. Output columns are spread over OpenMP
+ * threads; every column's sum runs in the same order whatever the batch, its row's
+ * place in it and the thread count, so a row's result does not depend on its batch-mates.
+ *
+ * Built without AVX-512 BF16 (another CPU), the same layout runs through portable C with
+ * the same formulas (and with -DTERCET_PORTABLE, for tests); tercet then uses torch's kernels
+ * instead (see tercet_block_matmul_vectorized).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tercet_bfloat16.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && !defined(TERCET_PORTABLE)
+#include <immintrin.h>
+#define VECTORIZED 1
+#else
+#define VECTORIZED 0
+#endif
+
+#define COLUMNS 16
+#define BLOCK 32
+/* Rows of x whose accumulators live in registers at once: 5 rows × 2 units + 16 widened
+ * code registers fill most of AVX-512's 32 (measured against 4 and 6: 6 spills more,
+ * 4 hides less of the dot product's latency). */
+#define ROW_GROUP 5
+/* Rows handled per pass over the weights: their float32 sums and x's block sums stay in L1. */
+#define ROW_CHUNK 64
+
+enum { Q4 = 0, Q8 = 1 };
+
+static int64_t unit_bytes(int kind) {
+    return kind == Q4 ? 256 + 2 * 2 * COLUMNS : 512 + 2 * COLUMNS;
+}
+
+int tercet_block_matmul_vectorized(void) { return VECTORIZED; }
+
+static inline float half_to_float(uint16_t half) {
+    uint32_t sign = (uint32_t)(half & 0x8000u) << 16, exponent = (half >> 10) & 0x1f, mantissa = half & 0x3ffu;
+    uint32_t bits;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exponent = 127 - 15 + 1;
+            while (!(mantissa & 0x400u)) { mantissa <<= 1; exponent--; }
+            bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+        }
+    } else if (exponent == 31) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else {
+        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+/* The code of column c at input k (0..31) of a unit, as the layout stores it: register j = k / 2
+ * holds lane 2c + k % 2; Q4 keeps registers 4g..4g+3 as the four nibbles of 16-bit lanes. */
+static inline int code_at(const uint8_t *unit, int kind, int c, int k) {
+    int j = k / 2, lane = c * 2 + k % 2;
+    if (kind == Q8) return (int8_t)unit[j * 32 + lane];
+    const uint8_t *word = unit + (j / 4) * 64 + lane * 2;
+    int value = word[0] | word[1] << 8;
+    return (value >> (4 * (j % 4))) & 0x0f;
+}
+
+/* Lay the codes of an [n, k] weight (uint8 0..15 for Q4, int8 for Q8, one per weight) out as
+ * the codes part of its units ([ceil(n / 16), k / 32] units of unit_bytes(kind); the scales,
+ * after the codes in each unit, are the caller's). Rows past n are zero codes. */
+void tercet_block_pack_codes(const uint8_t *codes, int64_t n, int64_t k, int kind, uint8_t *units) {
+    int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
+#pragma omp parallel for schedule(static)
+    for (int64_t tile = 0; tile < tiles; tile++)
+        for (int64_t b = 0; b < blocks; b++) {
+            uint8_t *unit = units + (tile * blocks + b) * bytes;
+            memset(unit, 0, kind == Q4 ? 256 : 512);
+            for (int64_t c = 0; c < COLUMNS && tile * COLUMNS + c < n; c++) {
+                const uint8_t *row = codes + (tile * COLUMNS + c) * k + b * BLOCK;
+                for (int i = 0; i < BLOCK; i++) {
+                    int j = i / 2, lane = c * 2 + i % 2;
+                    if (kind == Q8) {
+                        unit[j * 32 + lane] = row[i];
+                    } else {
+                        uint8_t *word = unit + (j / 4) * 64 + lane * 2; /* little-endian 16-bit lane */
+                        int shift = 4 * (j % 4);
+                        word[shift / 8] |= (uint8_t)((row[i] & 0x0f) << (shift % 8));
+                    }
+                }
+            }
+        }
+}
+
+/* Σ over each block of each row of x (float32): the Q4 formula's s. */
+static void block_sums(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t blocks, float *sums) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < blocks; b++) {
+            float total = 0.0f;
+            for (int k = 0; k < BLOCK; k++) total += bf16_to_float(x[r * x_stride + b * BLOCK + k]);
+            sums[r * blocks + b] = total;
+        }
+}
+
+/* The portable path: the same sums as the vectorized one, pair by pair in one chain, in float32
+ * (the vectorized dot product rounds and flushes subnormals its own way: close, not equal). */
+#if !VECTORIZED
+static void tile_portable(const uint16_t *x, int64_t x_stride, int64_t rows, const uint8_t *units, int64_t blocks,
+                          int kind, const float *sums, float *acc) {
+    int64_t bytes = unit_bytes(kind);
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *unit = units + b * bytes;
+        const uint16_t *halves = (const uint16_t *)(unit + (kind == Q4 ? 256 : 512));
+        for (int c = 0; c < COLUMNS; c++) {
+            float d = half_to_float(halves[c]);
+            float shifted_min = kind == Q4 ? half_to_float(halves[COLUMNS + c]) - 128.0f * d : 0.0f;
+            for (int64_t r = 0; r < rows; r++) {
+                const uint16_t *xr = x + r * x_stride + b * BLOCK;
+                float total = 0.0f;
+                for (int k = 0; k < BLOCK; k += 2) {
+                    int offset = kind == Q4 ? 128 : 0;
+                    total += (float)(code_at(unit, kind, c, k + 1) + offset) * bf16_to_float(xr[k + 1]);
+                    total += (float)(code_at(unit, kind, c, k) + offset) * bf16_to_float(xr[k]);
+                }
+                float *out = acc + r * COLUMNS + c;
+                if (kind == Q4) *out += shifted_min * sums[r * blocks + b];
+                *out += d * total;
+            }
+        }
+    }
+}
+
+#endif
+
+#if VECTORIZED
+/* Half a unit's codes (inputs 16 half .. 16 half + 15) widened into 8 registers: register j
+ * holds inputs 16 half + 2j and + 2j + 1 of the 16 columns. Q4: each 16-bit lane of a 64-byte
+ * load holds four registers' nibbles, and (lane & 0xf) | 0x4300 is one ternary-logic op. */
+static inline __attribute__((always_inline)) void widen_half(const uint8_t *unit, int kind, int half,
+                                                             __m512i codes[8]) {
+    if (kind == Q4) {
+        const __m512i nibble = _mm512_set1_epi16(0x0f), bias = _mm512_set1_epi16(0x4300);
+#pragma GCC unroll 2
+        for (int group = 0; group < 2; group++) {
+            __m512i lanes = _mm512_loadu_si512((const void *)(unit + (2 * half + group) * 64));
+            codes[4 * group] = _mm512_ternarylogic_epi32(lanes, nibble, bias, 0xEA); /* (a & b) | c */
+            codes[4 * group + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(lanes, 4), nibble, bias, 0xEA);
+            codes[4 * group + 2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(lanes, 8), nibble, bias, 0xEA);
+            codes[4 * group + 3] = _mm512_or_si512(_mm512_srli_epi16(lanes, 12), bias);
+        }
+        return;
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *pair = unit + (8 * half + j) * 32;
+        __m512 low = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)pair)));
+        __m512 high = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pair + 16))));
+        codes[j] = (__m512i)_mm512_cvtne2ps_pbh(high, low);
+    }
+}
+
+/* A unit's scales: d, and for Q4 the shifted min m - 128 d. */
+typedef struct { __m512 d, shifted_min; } Scales;
+
+static inline __attribute__((always_inline)) Scales scales_of(const uint8_t *unit, int kind) {
+    Scales out;
+    if (kind == Q4) {
+        out.d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 256)));
+        __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 256 + 2 * COLUMNS)));
+        out.shifted_min = _mm512_fnmadd_ps(_mm512_set1_ps(128.0f), out.d, m);
+    } else {
+        out.d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 512)));
+        out.shifted_min = _mm512_setzero_ps();
+    }
+    return out;
+}
+
+static inline __attribute__((always_inline)) void finish_row(__m512 total, Scales scales, float sum, int kind,
+                                                             float *acc) {
+    __m512 out = _mm512_loadu_ps(acc);
+    if (kind == Q4) out = _mm512_fmadd_ps(scales.shifted_min, _mm512_set1_ps(sum), out);
+    _mm512_storeu_ps(acc, _mm512_fmadd_ps(scales.d, total, out));
+}
+
+/* ``count`` (1..ROW_GROUP, a constant once inlined) rows against two units side by side
+ * (32 columns): each broadcast pair of x feeds both. Every row sums its pairs in one chain,
+ * in the same order whatever ``count`` is: a row's result does not depend on its batch. */
+static inline __attribute__((always_inline)) void rows_against_units(
+    const uint16_t *x, int count, const uint8_t *left, const uint8_t *right,
+    const float *sums, int64_t sums_stride, int kind, float *acc_left, float *acc_right) {
+    __m512 partial_left[ROW_GROUP], partial_right[ROW_GROUP];
+#pragma GCC unroll 5
+    for (int i = 0; i < count; i++) partial_left[i] = partial_right[i] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; half++) {
+        __m512i codes_left[8], codes_right[8];
+        widen_half(left, kind, half, codes_left);
+        widen_half(right, kind, half, codes_right);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+#pragma GCC unroll 5
+            for (int i = 0; i < count; i++) {
+                int32_t pair;
+                memcpy(&pair, x + i * BLOCK + 2 * (8 * half + j), 4);
+                __m512bh both = (__m512bh)_mm512_set1_epi32(pair);
+                partial_left[i] = _mm512_dpbf16_ps(partial_left[i], (__m512bh)codes_left[j], both);
+                partial_right[i] = _mm512_dpbf16_ps(partial_right[i], (__m512bh)codes_right[j], both);
+            }
+    }
+    Scales scales_left = scales_of(left, kind), scales_right = scales_of(right, kind);
+#pragma GCC unroll 5
+    for (int i = 0; i < count; i++) {
+        finish_row(partial_left[i], scales_left, sums[i * sums_stride], kind, acc_left + i * COLUMNS);
+        finish_row(partial_right[i], scales_right, sums[i * sums_stride], kind, acc_right + i * COLUMNS);
+    }
+}
+
+#define ROWS_CASE(n) \
+    case n: rows_against_units(xr, n, left + b * bytes, right + b * bytes, sums + r * blocks + b, \
+                               blocks, kind, acc_left + r * COLUMNS, acc_right + r * COLUMNS); break;
+
+static inline __attribute__((always_inline)) void tiles_of_kind(
+    const uint16_t *x, int64_t rows, const uint8_t *left, const uint8_t *right, int64_t blocks,
+    int kind, const float *sums, float *acc_left, float *acc_right) {
+    int64_t bytes = unit_bytes(kind);
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t r = 0; r < rows; r += ROW_GROUP) {
+            const uint16_t *xr = x + (b * rows + r) * BLOCK;
+            int64_t left_rows = rows - r;
+            switch (left_rows < ROW_GROUP ? left_rows : ROW_GROUP) {
+                ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(3) ROWS_CASE(4) ROWS_CASE(5)
+                default: break;
+            }
+        }
+}
+
+/* Two tiles of 16 columns (``right`` may be ``left`` again, its sums then thrown away), with one
+ * copy of the loops per kind, the kind's branches folded away. */
+static void tiles_vectorized(const uint16_t *x, int64_t rows, const uint8_t *left,
+                             const uint8_t *right, int64_t blocks, int kind, const float *sums, float *acc_left,
+                             float *acc_right) {
+    if (kind == Q4)
+        tiles_of_kind(x, rows, left, right, blocks, Q4, sums, acc_left, acc_right);
+    else
+        tiles_of_kind(x, rows, left, right, blocks, Q8, sums, acc_left, acc_right);
+}
+#endif
+
+/* x: [rows, K] bfloat16 with row stride x_stride; units: [ceil(N / 16), K / 32] units of the
+ * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, or 1 when out of memory. */
+int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
+                        int kind, int64_t n, uint16_t *y, int64_t y_stride) {
+    int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
+    float *sums = malloc(sizeof(float) * (size_t)(ROW_CHUNK * blocks + 1));
+    uint16_t *blocked = malloc(sizeof(uint16_t) * (size_t)(ROW_CHUNK * k + 1));
+    if (!sums || !blocked) {
+        free(sums);
+        free(blocked);
+        return 1;
+    }
+    for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
+        int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
+        const uint16_t *xc = x + first * x_stride;
+        if (kind == Q4) block_sums(xc, x_stride, count, blocks, sums);
+        /* Block-major, so that a group of rows of one block is one run of memory. */
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t r = 0; r < count; r++)
+                memcpy(blocked + (b * count + r) * BLOCK, xc + r * x_stride + b * BLOCK, BLOCK * sizeof(uint16_t));
+#pragma omp parallel for schedule(static)
+        for (int64_t pair = 0; pair < (tiles + 1) / 2; pair++) {
+            float acc[2][COLUMNS * ROW_CHUNK];
+            memset(acc, 0, sizeof acc);
+            int64_t left = 2 * pair, right = left + 1 < tiles ? left + 1 : left;
+#if VECTORIZED
+            tiles_vectorized(blocked, count, units + left * blocks * bytes, units + right * blocks * bytes,
+                             blocks, kind, sums, acc[0], acc[1]);
+#else
+            tile_portable(xc, x_stride, count, units + left * blocks * bytes, blocks, kind, sums, acc[0]);
+            if (right != left)
+                tile_portable(xc, x_stride, count, units + right * blocks * bytes, blocks, kind, sums, acc[1]);
+#endif
+            for (int64_t side = 0; side < (right != left ? 2 : 1); side++) {
+                int64_t tile = left + side, width = n - tile * COLUMNS < COLUMNS ? n - tile * COLUMNS : COLUMNS;
+                for (int64_t r = 0; r < count; r++)
+                    for (int64_t c = 0; c < width; c++)
+                        y[(first + r) * y_stride + tile * COLUMNS + c] = float_to_bf16(acc[side][r * COLUMNS + c]);
+            }
+        }
+    }
+    free(sums);
+    free(blocked);
+    return 0;
+}

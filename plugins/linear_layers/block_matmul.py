@@ -1,0 +1,127 @@
+"""GGUF block weights multiplied as stored: the layout of :file:`block_matmul.c` and its layer.
+
+The kernel reads each weight's codes and float16 scales from units of 16
+output columns by one block of 32 inputs (the C file explains the layout
+and the arithmetic). :func:`pack_units` lays a :class:`BlockQuantized`
+weight out in those units once, at load time (the C file's packer writes the
+codes, so that the layout is defined in one place); :class:`KernelBlockLinear` then multiplies
+bfloat16 activations by it at every batch size, so no dense copy of the
+weight is kept and nothing is repacked for torch's int4 kernel.
+
+The kernel is used where it is vectorized (a CPU with AVX-512 BF16) and the
+model computes in bfloat16; elsewhere the linear methods keep torch's
+kernels (see :func:`load_block_matmul`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tercet.plugin_api import NativeBuildError, NativeSource, load_native_library
+from tercet.plugin_api.model import BLOCK_SIZE, BlockQuantized
+
+logger = logging.getLogger(__name__)
+
+SOURCE = NativeSource(__package__, "block_matmul.c", "block_matmul")
+# The kernel's test build: the portable C path on any CPU.
+PORTABLE_SOURCE = NativeSource(__package__, "block_matmul.c", "block_matmul_portable",
+                               (*SOURCE.flags, "-DTERCET_PORTABLE"))
+COLUMNS = 16
+KIND_CODES = {"Q4_0": 0, "Q4_1": 0, "Q8_0": 1}
+
+
+def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
+    function = library.tercet_block_matmul
+    function.restype = ctypes.c_int
+    function.argtypes = [
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+        ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+    ]
+    library.tercet_block_pack_codes.restype = None
+    return library
+
+
+def load_kernel(source: NativeSource = SOURCE, cache_dir: Path | None = None) -> ctypes.CDLL:
+    """The kernel's library, built first if this machine has no copy yet (raises NativeBuildError)."""
+    return _bind(load_native_library(source, cache_dir))
+
+
+@functools.cache
+def load_block_matmul() -> ctypes.CDLL | None:
+    """The kernel's library where it is vectorized here, else None (the log says why, once per process)."""
+    try:
+        library = load_native_library(SOURCE)
+    except NativeBuildError as error:
+        logger.warning("GGUF block weights run on torch's kernels with a dense copy: %s", error)
+        return None
+    if not library.tercet_block_matmul_vectorized():
+        logger.info("GGUF block weights run on torch's kernels: this CPU has no AVX-512 BF16")
+        return None
+    return _bind(library)
+
+
+def _scales_in_units(values: torch.Tensor, tiles: int) -> torch.Tensor:
+    """``[N, B]`` per-block values as ``[tiles, B, 16 * 2]`` bytes of float16, padded past N with zeros."""
+    rows, blocks = values.shape
+    padded = torch.zeros(tiles * COLUMNS, blocks, dtype=torch.float16)
+    padded[:rows] = values
+    halves = padded.view(tiles, COLUMNS, blocks).transpose(1, 2).contiguous()
+    return halves.view(torch.uint8).view(tiles, blocks, 2 * COLUMNS)
+
+
+def pack_units(block: BlockQuantized, library: ctypes.CDLL) -> torch.Tensor:
+    """``block`` in the kernel's units: uint8 ``[ceil(N / 16), K / 32, unit bytes]``; ``library``
+    (the kernel's) writes the codes in the order it widens them."""
+    rows, columns = block.shape
+    tiles, blocks = -(-rows // COLUMNS), columns // BLOCK_SIZE
+    codes_bytes = 512 if block.type_name == "Q8_0" else 256
+    scales = [block.scales]
+    if block.type_name != "Q8_0":
+        scales.append(block.mins if block.mins is not None else -8 * block.scales)  # Q4_0: d (q - 8)
+    units = torch.empty(tiles, blocks, codes_bytes + 2 * COLUMNS * len(scales), dtype=torch.uint8)
+    codes = block.codes.contiguous()
+    library.tercet_block_pack_codes(
+        ctypes.c_void_p(codes.data_ptr()), ctypes.c_int64(rows), ctypes.c_int64(columns),
+        ctypes.c_int(KIND_CODES[block.type_name]), ctypes.c_void_p(units.data_ptr()),
+    )
+    for index, values in enumerate(scales):
+        start = codes_bytes + 2 * COLUMNS * index
+        units[:, :, start:start + 2 * COLUMNS] = _scales_in_units(values, tiles)
+    return units
+
+
+class KernelBlockLinear(nn.Module):
+    """A Q4_0 / Q4_1 / Q8_0 weight run through the block kernel, bfloat16 in and out."""
+
+    def __init__(self, block: BlockQuantized, bias: torch.Tensor | None, library: ctypes.CDLL):
+        super().__init__()
+        self.out_features, self.in_features = block.shape
+        self.type_name = block.type_name
+        self.units = pack_units(block, library)
+        self.kernel = library.tercet_block_matmul
+        self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if rows.dtype != torch.bfloat16 or rows.stride(1) != 1:
+            rows = rows.to(torch.bfloat16).contiguous()
+        out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)
+        if rows.shape[0]:
+            failed = self.kernel(
+                rows.data_ptr(), rows.stride(0), rows.shape[0], self.in_features, self.units.data_ptr(),
+                KIND_CODES[self.type_name], self.out_features, out.data_ptr(), out.stride(0),
+            )
+            if failed:
+                raise MemoryError("the block matmul kernel could not allocate its scratch memory")
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, {self.type_name}, block kernel"

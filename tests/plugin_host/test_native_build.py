@@ -1,0 +1,42 @@
+"""Plugins' C sources built once per machine into the cache, and what happens when that fails."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tercet.plugin_host import native_build
+from tercet.plugin_host.native_build import NativeBuildError, NativeSource, build_library, library_path, load_library
+
+SOURCE = NativeSource("tercet.plugins.paged_cpu_attention", "decode_attention.c", "paged_decode_attention")
+
+
+def test_a_library_is_built_once_and_then_loaded_from_the_cache(tmp_path):
+    library = load_library(SOURCE, tmp_path)
+    built = library_path(SOURCE, tmp_path)
+    assert built.exists() and built.parent == tmp_path / "kernels"
+    modified = built.stat().st_mtime_ns
+    assert load_library(SOURCE, tmp_path).tercet_paged_decode_attention is not None
+    assert built.stat().st_mtime_ns == modified and library is not None
+
+
+def test_a_compile_error_is_reported_with_the_compiler_output(tmp_path):
+    broken = dataclasses.replace(SOURCE, flags=("-fno-such-flag",))
+    with pytest.raises(NativeBuildError, match="compiling decode_attention.c failed"):
+        build_library(broken, tmp_path / "kernel.so")
+    assert list(tmp_path.iterdir()) == []  # no partial file is left behind
+
+
+def test_the_library_is_kept_per_cpu_and_per_flags(monkeypatch, tmp_path):
+    here = library_path(SOURCE, tmp_path)
+    assert library_path(dataclasses.replace(SOURCE, flags=(*SOURCE.flags, "-DX")), tmp_path) != here
+    monkeypatch.setattr(native_build, "cpu_identity", lambda: "flags: sse2")
+    assert library_path(SOURCE, tmp_path) != here
+
+
+def test_without_a_compiler_the_error_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(NativeBuildError, match="no C compiler found"):
+        load_library(SOURCE, tmp_path)

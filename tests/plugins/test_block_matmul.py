@@ -1,0 +1,112 @@
+"""The block kernel against the dequantized weights, on random shapes, in both of its builds.
+
+The vectorized build (AVX-512 BF16, where this CPU has it) and the portable
+C build of the same source both read the layout :func:`pack_units` writes.
+Each output is a float32 sum rounded once to bfloat16, so it stays within a
+bfloat16 step (2**-8 relative) of the dequantized product plus the float32
+error of a 32-term sum; a wrong nibble, scale or min is far outside that.
+A row's result is the same, bit for bit, whatever rows it shares a call with.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
+from tercet.plugins.linear_layers import block_matmul
+from tercet.plugins.linear_layers.block_matmul import (
+    PORTABLE_SOURCE,
+    SOURCE,
+    KernelBlockLinear,
+    load_kernel,
+    pack_units,
+)
+
+BUILDS = {"portable": PORTABLE_SOURCE, "vectorized": SOURCE}
+
+
+def _vectorized_here() -> bool:
+    return bool(block_matmul.load_native_library(SOURCE).tercet_block_matmul_vectorized())
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def kernel(request):
+    if request.param == "vectorized" and not _vectorized_here():
+        pytest.skip("this CPU has no AVX-512 BF16")
+    return load_kernel(BUILDS[request.param])
+
+
+def _block(type_name: str, rows: int, columns: int, seed: int) -> BlockQuantized:
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(rows, columns, generator=generator) * 0.1
+    weight[0, :32] += 3.0  # a block with a large min, where Q4_1's shifted min matters most
+    return quantize_blocks(weight, type_name)
+
+
+def _within_bfloat16_rounding(got: torch.Tensor, x: torch.Tensor, block: BlockQuantized) -> None:
+    expected = x.float() @ block.dequantize().double().t().float()
+    scale = x.float().abs() @ block.dequantize().abs().t()  # bounds the float32 error of the sums
+    error = (got.float() - expected).abs()
+    assert (error <= expected.abs() * 2**-8 + scale * 1e-5 + 1e-6).all(), f"largest error {error.max():.3g}"
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    type_name=st.sampled_from(["Q4_0", "Q4_1", "Q8_0"]),
+    rows=st.integers(1, 70),  # past one chunk of 64 rows, and every row-group remainder
+    columns_out=st.integers(1, 80),  # not only multiples of 16: the last tile is padded
+    blocks=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_the_kernel_equals_the_dequantized_weights_within_bfloat16_rounding(
+    kernel, type_name, rows, columns_out, blocks, seed
+):
+    block = _block(type_name, columns_out, 32 * blocks, seed)
+    x = torch.randn(rows, 32 * blocks, generator=torch.Generator().manual_seed(seed + 1)).bfloat16()
+    got = KernelBlockLinear(block, None, kernel)(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, columns_out)
+    _within_bfloat16_rounding(got, x, block)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
+def test_a_rows_result_does_not_depend_on_its_batch(kernel, type_name):
+    block = _block(type_name, 96, 128, seed=3)
+    layer = KernelBlockLinear(block, None, kernel)
+    x = torch.randn(37, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
+    together = layer(x)
+    for row in (0, 4, 5, 36):
+        assert torch.equal(layer(x[row:row + 1]), together[row:row + 1])
+    assert torch.equal(layer(x[3:9]), together[3:9])
+
+
+def test_strided_and_batched_inputs_and_a_bias(kernel):
+    block = _block("Q4_1", 32, 64, seed=5)
+    bias = torch.randn(32)
+    plain, biased = KernelBlockLinear(block, None, kernel), KernelBlockLinear(block, bias, kernel)
+    wide = torch.randn(2, 3, 96).bfloat16()
+    x = wide[..., :64]  # rows 96 apart, as a slice of a fused projection hands them over
+    got = plain(x)
+    assert got.shape == (2, 3, 32)
+    assert torch.equal(got, plain(x.contiguous()))
+    _within_bfloat16_rounding(got.reshape(6, 32), x.reshape(6, 64), block)
+    assert torch.equal(biased(x), got + bias.bfloat16())
+    assert plain(torch.empty(0, 64).bfloat16()).shape == (0, 32)
+
+
+def test_a_q4_1_weight_takes_the_bytes_of_its_file(kernel):
+    block = _block("Q4_1", 64, 256, seed=6)
+    units = pack_units(block, kernel)
+    assert units.dtype == torch.uint8 and units.numel() == 64 * 256 * 20 // 32  # 20 bytes per 32 weights
+
+
+def test_without_a_compiler_the_block_methods_keep_torchs_kernels_and_say_why(monkeypatch, caplog):
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", "")
+    with caplog.at_level(logging.WARNING):
+        assert block_matmul.load_block_matmul.__wrapped__() is None
+    assert "GGUF block weights run on torch's kernels with a dense copy: no C compiler found" in caplog.text
