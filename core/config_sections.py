@@ -40,9 +40,10 @@ class ModelConfig:
     # Bytes for the KV pool (an integer or a size such as "512MiB"); the pool
     # holds as many tokens as fit. cache.max_total_tokens, when set, wins.
     kv_cache_memory: str = field(default="192MiB", metadata={"byte_size": True})
-    # On CPU in bfloat16 with AVX-512 BF16, GGUF block layers (q4_0, q4_1, q8_0)
-    # run on tercet's block kernel (plugins/linear_layers/block_matmul.c) at every
-    # batch size, with no dense copy. false: torch's kernels, as below.
+    # On CPU in bfloat16: GGUF block layers (q4_0, q4_1, q8_0) run on tercet's
+    # block kernel (plugins/linear_layers/block_matmul.c, with AVX-512 BF16) at
+    # every batch size, with no dense copy, and a layer's norms, SiLU and rotary
+    # on its fused ops (core/model/cpu_fused_ops.c). false: torch's kernels and ops.
     native_kernels: bool = True
     # Where torch's weight-only kernels run a quantized layer on CPU (not the
     # block kernel): fed this many rows (tokens in one step) or more, it runs on

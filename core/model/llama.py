@@ -23,6 +23,7 @@ from torch import nn
 
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
+from tercet.model.fused_ops import CpuFusedOps
 from tercet.model.kv_cache import PagedKVCache
 from tercet.model.rotary import RopeSettings, RotaryEmbedding, apply_rotary
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
@@ -97,13 +98,22 @@ class LlamaAttention(nn.Module):
         self.kv_size = self.num_kv_heads * shape.head_dim
         self.qkv_proj = nn.Linear(shape.hidden_size, self.q_size + 2 * self.kv_size, bias=shape.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=shape.o_bias)
+        # Set by LlamaForCausalLM.use_fused_ops: the C ops and the rotary tables they read.
+        self.fused: CpuFusedOps | None = None
+        self.rotary: RotaryEmbedding | None = None
 
     def forward(self, hidden, cos, signed_sin, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
         qkv = self.qkv_proj(hidden)
         # q and k sit side by side in the fused projection: rotate them in one pass.
         qk_size = self.q_size + self.kv_size
-        qk = qkv[:, :qk_size].view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(qk, cos, signed_sin).split([self.num_heads, self.num_kv_heads], dim=1)
+        rotated_heads = self.num_heads + self.num_kv_heads
+        if self.fused is not None:
+            self.fused.rotary_(qkv, rotated_heads, self.head_dim, batch.positions, self.rotary.cos_table,
+                               self.rotary.signed_sin_table)
+            q, k = qkv[:, :qk_size].view(-1, rotated_heads, self.head_dim).split([self.num_heads, self.num_kv_heads], 1)
+        else:
+            qk = qkv[:, :qk_size].view(-1, rotated_heads, self.head_dim)
+            q, k = apply_rotary(qk, cos, signed_sin).split([self.num_heads, self.num_kv_heads], dim=1)
         v = qkv[:, qk_size:].view(-1, self.num_kv_heads, self.head_dim)
         return self.tp.all_reduce(self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache)))
 
@@ -115,8 +125,11 @@ class LlamaMLP(nn.Module):
         intermediate = shards.local_intermediate
         self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * intermediate, bias=shape.mlp_bias)
         self.down_proj = nn.Linear(intermediate, shape.hidden_size, bias=shape.mlp_bias)
+        self.fused: CpuFusedOps | None = None  # set by LlamaForCausalLM.use_fused_ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused is not None:
+            return self.tp.all_reduce(self.down_proj(self.fused.silu_mul(self.gate_up_proj(x))))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.tp.all_reduce(self.down_proj(F.silu(gate) * up))
 
@@ -128,10 +141,22 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(shape, layer_id, shards)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = LlamaMLP(shape, shards)
+        self.fused: CpuFusedOps | None = None  # set by LlamaForCausalLM.use_fused_ops
 
     def forward(self, hidden, cos, signed_sin, batch, backend, kv_cache):
+        if self.fused is not None:
+            return self._fused_forward(hidden, batch, backend, kv_cache)
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, signed_sin, batch, backend, kv_cache)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+    def _fused_forward(self, hidden, batch, backend, kv_cache):
+        # The residual stream is updated in place: ``hidden`` is this step's own tensor
+        # (the embedding's output, then each layer's).
+        first, second = self.input_layernorm, self.post_attention_layernorm
+        attended = self.self_attn(self.fused.rms_norm(hidden, first.weight, first.eps), None, None, batch, backend,
+                                  kv_cache)
+        normed = self.fused.rms_norm(hidden, second.weight, second.eps, addend=attended)
+        return hidden.add_(self.mlp(normed))
 
 
 class LlamaModel(nn.Module):
@@ -197,6 +222,14 @@ class LlamaForCausalLM(nn.Module):
         )
         self.attention_backend: AttentionBackend | None = None
         self.kv_cache: PagedKVCache | None = None
+        self.fused_ops: CpuFusedOps | None = None
+
+    def use_fused_ops(self, fused_ops: CpuFusedOps | None) -> None:
+        """Run each layer's norms, SiLU·mul and rotary on ``fused_ops`` (None: torch's ops)."""
+        self.fused_ops = fused_ops
+        for layer in self.model.layers:
+            layer.fused = layer.self_attn.fused = layer.mlp.fused = fused_ops
+            layer.self_attn.rotary = self.rotary
 
     def attach(self, attention_backend: AttentionBackend, kv_cache: PagedKVCache) -> None:
         self.attention_backend = attention_backend
@@ -226,7 +259,8 @@ class LlamaForCausalLM(nn.Module):
         """The last decoder layer's output ``[T, hidden]`` for every new token, before the final norm."""
         if self.attention_backend is None or self.kv_cache is None:
             raise RuntimeError("attach an attention backend and a KV cache before calling forward")
-        cos, signed_sin = self.rotary.cos_sin(batch.positions)
+        # The fused path rotates from the tables by position itself.
+        cos, signed_sin = (None, None) if self.fused_ops is not None else self.rotary.cos_sin(batch.positions)
         hidden = self.embed(batch.input_ids)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)

@@ -23,6 +23,7 @@ from tercet.formats.weight_formats import BLOCK_FORMATS
 from tercet.model.architecture import ModelArchitecture, choose_architecture
 from tercet.model.components import ModelComponents
 from tercet.model.forward_batch import ForwardBatch
+from tercet.model.fused_ops import cpu_fused_ops_for
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.pooling import pool_hidden_states
@@ -130,6 +131,8 @@ class ModelRunner:
         model = self.architecture.create(checkpoint.config, self.dtype, self.device, self.context_len, self.tp)
         report = self.architecture.load_weights(model, checkpoint, self.linear_methods)
         model.eval().requires_grad_(False)
+        if hasattr(model, "use_fused_ops"):  # a Llama-family decoder (another architecture may lack them)
+            model.use_fused_ops(cpu_fused_ops_for(self.device, self.dtype, self.linear_methods.native_kernels))
         return_freed_memory()
         return model, report
 

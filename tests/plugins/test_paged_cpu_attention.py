@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,0 +1,98 @@
+/* The small steps of a Llama layer between its matmuls, one call each, for bfloat16 on a CPU.
+ *
+ * torch runs each of them as several dispatched ops (RMSNorm: a cast, the norm, a cast back
+ * and the weight; SiLU·mul: a split, SiLU, a multiply; rotary: a flip, two multiplies and an
+ * add), about 30 per layer; at batch 1 their dispatch costs more than their arithmetic. Each
+ * function here rounds where torch's bfloat16 ops round, so that the results are torch's, or
+ * within one bfloat16 step where a float32 sum's order or exp's last bit differs:
+ *
+ * - rotary: bit for bit (elementwise products and a sum of two bfloat16, as torch does);
+ * - RMSNorm: the mean of squares is summed in another order (one float32 rounding apart);
+ * - SiLU: exp is a polynomial to about one float32 rounding.
+ *
+ * Every row is computed alone: a row's result does not depend on its batch. Rows are spread
+ * over OpenMP threads only when there are enough of them to pay for waking the threads.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tercet_bfloat16.h"
+#include "tercet_exp.h"
+
+#define PARALLEL_FROM_ROWS 8
+
+static inline float round_bf16(float value) { return bf16_to_float(float_to_bf16(value)); }
+
+static void rms_norm_row(const uint16_t *x, const uint16_t *weight, float eps, int64_t width, uint16_t *out) {
+    float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+    for (int64_t i = 0; i < width; i++) {
+        float value = bf16_to_float(x[i]);
+        squares += value * value;
+    }
+    float scale = 1.0f / sqrtf(squares / (float)width + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < width; i++)
+        out[i] = float_to_bf16(bf16_to_float(weight[i]) * round_bf16(bf16_to_float(x[i]) * scale));
+}
+
+/* hidden += addend (rounded to bfloat16, when addend is not NULL); out = RMSNorm(hidden) · weight.
+ * hidden, addend and out are [rows, width] with their own row strides. */
+void tercet_add_rms_norm(uint16_t *hidden, int64_t hidden_stride, const uint16_t *addend, int64_t addend_stride,
+                         const uint16_t *weight, float eps, int64_t rows, int64_t width, uint16_t *out,
+                         int64_t out_stride) {
+#pragma omp parallel for schedule(static) if (rows >= PARALLEL_FROM_ROWS)
+    for (int64_t r = 0; r < rows; r++) {
+        uint16_t *x = hidden + r * hidden_stride;
+        if (addend) {
+            const uint16_t *a = addend + r * addend_stride;
+#pragma omp simd
+            for (int64_t i = 0; i < width; i++) x[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(a[i]));
+        }
+        rms_norm_row(x, weight, eps, width, out + r * out_stride);
+    }
+}
+
+/* silu(g) = g / (1 + e^-g), with the exponent kept non-positive. */
+static inline float silu(float g) {
+    float e = exp_nonpositive(-fabsf(g));
+    return g >= 0.0f ? g / (1.0f + e) : g * e / (1.0f + e);
+}
+
+/* out = SiLU(gate) · up, where each row of gate_up is [gate (width) | up (width)]. */
+void tercet_silu_mul(const uint16_t *gate_up, int64_t gate_up_stride, int64_t rows, int64_t width, uint16_t *out,
+                     int64_t out_stride) {
+#pragma omp parallel for schedule(static) if (rows >= PARALLEL_FROM_ROWS)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *gate = gate_up + r * gate_up_stride, *up = gate + width;
+        uint16_t *o = out + r * out_stride;
+#pragma omp simd
+        for (int64_t i = 0; i < width; i++)
+            o[i] = float_to_bf16(round_bf16(silu(bf16_to_float(gate[i]))) * bf16_to_float(up[i]));
+    }
+}
+
+/* Rotate, in place, the first `heads` heads (q then k) of each row of x by the rotate-half
+ * convention: x · cos + swap(x) · signed_sin, with the tables' rows at each token's position. */
+void tercet_rotary(uint16_t *x, int64_t x_stride, int64_t rows, int64_t heads, int64_t head_dim,
+                   const int64_t *positions, const uint16_t *cos_table, const uint16_t *signed_sin_table) {
+    int64_t half = head_dim / 2;
+#pragma omp parallel for schedule(static) if (rows >= PARALLEL_FROM_ROWS)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *cos = cos_table + positions[r] * head_dim, *sin = signed_sin_table + positions[r] * head_dim;
+        for (int64_t h = 0; h < heads; h++) {
+            uint16_t *v = x + r * x_stride + h * head_dim;
+#pragma omp simd
+            for (int64_t i = 0; i < half; i++) {
+                float first = bf16_to_float(v[i]), second = bf16_to_float(v[i + half]);
+                float new_first = round_bf16(first * bf16_to_float(cos[i])) +
+                                  round_bf16(second * bf16_to_float(sin[i]));
+                float new_second = round_bf16(second * bf16_to_float(cos[i + half])) +
+                                   round_bf16(first * bf16_to_float(sin[i + half]));
+                v[i] = float_to_bf16(new_first);
+                v[i + half] = float_to_bf16(new_second);
+            }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+"""The fused CPU steps of a Llama layer (:file:`cpu_fused_ops.c`): RMSNorm with its residual add, SiLU·mul, rotary.
+
+Used for bfloat16 on a CPU when ``model.native_kernels`` allows (the default)
+and the C source builds here; the model runs torch's ops otherwise, and
+always in float32, whose output must equal transformers' token for token.
+The C file says how close each step is to torch's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+
+import torch
+
+from tercet.plugin_host.native_build import NativeBuildError, NativeSource, load_library
+
+logger = logging.getLogger(__name__)
+
+SOURCE = NativeSource(__package__, "cpu_fused_ops.c", "cpu_fused_ops")
+_P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+
+def _rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """``tensor`` as ``[rows, width]`` with its last dimension contiguous."""
+    rows = tensor.reshape(-1, width)
+    return rows if rows.stride(1) == 1 else rows.contiguous()
+
+
+class CpuFusedOps:
+    """The C functions, over bfloat16 tensors whose last dimension is contiguous."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.add_rms_norm = library.tercet_add_rms_norm
+        self.add_rms_norm.argtypes = [_P, _I64, _P, _I64, _P, _F, _I64, _I64, _P, _I64]
+        self.silu_mul_rows = library.tercet_silu_mul
+        self.silu_mul_rows.argtypes = [_P, _I64, _I64, _I64, _P, _I64]
+        self.rotary_rows = library.tercet_rotary
+        self.rotary_rows.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
+        for function in (self.add_rms_norm, self.silu_mul_rows, self.rotary_rows):
+            function.restype = None
+
+    def rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor, eps: float,
+                 addend: torch.Tensor | None = None) -> torch.Tensor:
+        """RMSNorm(hidden) · weight; with ``addend``, ``hidden += addend`` first, in place."""
+        width = hidden.shape[-1]
+        rows = hidden.view(-1, width)  # in place: hidden must be a whole, row-contiguous tensor
+        out = torch.empty_like(rows)
+        extra = None if addend is None else _rows(addend, width)
+        self.add_rms_norm(
+            rows.data_ptr(), rows.stride(0), None if extra is None else extra.data_ptr(),
+            0 if extra is None else extra.stride(0), weight.data_ptr(), eps, rows.shape[0], width,
+            out.data_ptr(), out.stride(0),
+        )
+        return out.view(hidden.shape)
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """SiLU(gate) · up, for ``gate_up`` = ``[..., gate | up]``."""
+        width = gate_up.shape[-1] // 2
+        rows = _rows(gate_up, 2 * width)
+        out = torch.empty(rows.shape[0], width, dtype=gate_up.dtype)
+        self.silu_mul_rows(rows.data_ptr(), rows.stride(0), rows.shape[0], width, out.data_ptr(), out.stride(0))
+        return out.view(*gate_up.shape[:-1], width)
+
+    def rotary_(self, qkv: torch.Tensor, heads: int, head_dim: int, positions: torch.Tensor,
+                cos_table: torch.Tensor, signed_sin_table: torch.Tensor) -> None:
+        """Rotate the first ``heads`` heads of each row of ``qkv`` ``[T, width]`` in place."""
+        positions = positions if positions.dtype == torch.int64 and positions.is_contiguous() else (
+            positions.to(torch.int64).contiguous())
+        self.rotary_rows(
+            qkv.data_ptr(), qkv.stride(0), qkv.shape[0], heads, head_dim, positions.data_ptr(),
+            cos_table.data_ptr(), signed_sin_table.data_ptr(),
+        )
+
+
+@functools.cache
+def _loaded() -> CpuFusedOps | None:
+    try:
+        return CpuFusedOps(load_library(SOURCE))
+    except NativeBuildError as error:
+        logger.warning("the model's norms, SiLU and rotary run as torch ops: %s", error)
+        return None
+
+
+def cpu_fused_ops_for(device: torch.device, dtype: torch.dtype, allowed: bool) -> CpuFusedOps | None:
+    """The fused ops for a model on ``device`` in ``dtype``, or None where torch's ops run."""
+    if not allowed or device.type != "cpu" or dtype != torch.bfloat16:
+        return None
+    return _loaded()
