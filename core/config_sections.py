@@ -50,6 +50,10 @@ class ModelConfig:
     # a bfloat16 copy of its weights kept beside its codes, as torch's kernels
     # lose to dense bfloat16 from 8 rows on. 0: no copy (2 bytes a weight less).
     dense_from_rows: int = _at_least(8, 0)
+    # Same request and seed, same tokens, whatever the batch, the chunking and the
+    # prefix cache (tercet.model.determinism): every step's attention on the paged_cpu
+    # kernel, every linear layer on a batch-invariant kernel, else start-up fails.
+    deterministic: bool = False
     # How /v1/embeddings turns the final hidden states into one vector (see
     # tercet.formats.pooling_spec). auto: as the folder's sentence-transformers modules.json
     # says, and without one none (a decoder then only generates); mean, last,

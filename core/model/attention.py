@@ -29,6 +29,10 @@ class AttentionLayout:
     num_layers: int
     device: torch.device
     dtype: torch.dtype
+    # model.deterministic: every query token's attention must be computed the same way whatever
+    # its batch-mates, its prompt's chunking or the prefix cache; a backend that cannot promise
+    # it raises ConfigError when it is made.
+    deterministic: bool = False
 
     @property
     def scaling(self) -> float:

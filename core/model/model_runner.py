@@ -22,6 +22,7 @@ from tercet.formats.pooling_spec import Pooling, resolve_pooling
 from tercet.formats.weight_formats import BLOCK_FORMATS
 from tercet.model.architecture import ModelArchitecture, choose_architecture
 from tercet.model.components import ModelComponents
+from tercet.model.determinism import require_batch_invariant_layers
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.fused_ops import cpu_fused_ops_for
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
@@ -76,7 +77,10 @@ class ModelRunner:
         self.model, self.load_report = self.load_model(self.checkpoint)
         self.vocab_size, self.embedding_size = shape.vocab_size, shape.hidden_size
         self._allocate_kv_memory(shape, shards, max_running_requests)
-        self.attention_backend = components.attention_backend(self.model.attention_layout())
+        if model.deterministic:
+            require_batch_invariant_layers(self.model)
+        layout = dataclasses.replace(self.model.attention_layout(), deterministic=model.deterministic)
+        self.attention_backend = components.attention_backend(layout)
         self.model.attach(self.attention_backend, self.kv_cache)
         self.eos_token_ids = self.checkpoint.eos_token_ids()
         # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.

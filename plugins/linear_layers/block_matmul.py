@@ -99,6 +99,9 @@ def pack_units(block: BlockQuantized, library: ctypes.CDLL) -> torch.Tensor:
 class KernelBlockLinear(nn.Module):
     """A Q4_0 / Q4_1 / Q8_0 weight run through the block kernel, bfloat16 in and out."""
 
+    # A row's output does not depend on the other rows of the call (model.deterministic).
+    batch_invariant = True
+
     def __init__(self, block: BlockQuantized, bias: torch.Tensor | None, library: ctypes.CDLL):
         super().__init__()
         self.out_features, self.in_features = block.shape

@@ -5,7 +5,9 @@ A step where every sequence feeds one token (decoding) runs the C kernel of
 where it lies. A step with prompt tokens in it (prefill, chunks, several
 completions' first tokens) runs torch's ``scaled_dot_product_attention`` as
 the ``torch_native`` backend does, which for many query tokens at once is a
-matrix product the kernel would not beat.
+matrix product the kernel would not beat, but whose blocking depends on the
+batch's padded length: under ``model.deterministic`` those steps run the
+kernel too, one decode row per new token.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class PagedCpuAttentionBackend(AttentionBackend):
                 req_to_token, batch.req_pool_indices.contiguous(), batch.seq_lens.contiguous(),
                 batch.out_cache_loc.contiguous(),
             )
+        elif self.layout.deterministic:
+            # Every new token as its own decode row: its sequence's row, the keys up to and
+            # including itself. The kernel writes all the new K/V before attending, so a
+            # token sees the ones before it in this step too, and computes exactly as it
+            # would alone (model.deterministic).
+            rows = batch.req_pool_indices.repeat_interleave(batch.extend_lens, output_size=batch.num_tokens)
+            self.decode = (req_to_token, rows, batch.positions + 1, batch.out_cache_loc.contiguous())
         else:
             self.decode = None
             self.prefill.prepare(batch, req_to_token)
