@@ -28,6 +28,7 @@ from tercet.errors import ConfigError, RequestError, TercetError
 from tercet.formats.default_model import default_cache_dir
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES, ControlReply, ControlRequest
+from tercet.ipc.decode_limits import DecodeLimits, MessageOverLimitsError
 from tercet.ipc.messages import (
     CORE_MESSAGE_TYPES,
     FinishKind,
@@ -59,6 +60,7 @@ __all__ = [
     "ContainedFailures",
     "ControlReply",
     "ControlRequest",
+    "DecodeLimits",
     "EncoderArchitecture",
     "FinishKind",
     "FinishReason",
@@ -70,6 +72,7 @@ __all__ = [
     "GrammarTokenizer",
     "LinearMethod",
     "LinearTarget",
+    "MessageOverLimitsError",
     "MessageRegistry",
     "ModelArchitecture",
     "PrefixCacheView",
