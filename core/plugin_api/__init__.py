@@ -47,7 +47,14 @@ from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, Gramm
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.stats import SchedulerStats
-from tercet.tools.tool_calls import ToolCall, ToolCallParse, ToolCallParser, read_call_object
+from tercet.tools.tool_calls import (
+    CallObjectStream,
+    ToolCall,
+    ToolCallParse,
+    ToolCallParser,
+    ToolCallStream,
+    read_call_object,
+)
 
 __all__ = [
     "API_VERSION",
@@ -56,6 +63,7 @@ __all__ = [
     "CONTROL_MESSAGE_TYPES",
     "CORE_MESSAGE_TYPES",
     "CachedPrefix",
+    "CallObjectStream",
     "ConfigError",
     "ContainedFailures",
     "ControlReply",
@@ -87,6 +95,7 @@ __all__ = [
     "ToolCall",
     "ToolCallParse",
     "ToolCallParser",
+    "ToolCallStream",
     "UnknownMessageError",
     "default_cache_dir",
     "hookimpl",

@@ -157,10 +157,12 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
 
     ``register(name, factory)`` where ``factory()`` returns a
     :class:`tercet.tools.tool_calls.ToolCallParser`: one tool-call format. It finds
-    the calls in a chat completion's text (incrementally, so they stream), and
-    writes tools, past calls and tool results as text for a model whose chat
-    template cannot render them. It runs in the API server's process; a call
-    that raises ends that request alone with a 500, counted against its plugin.
+    the calls in a chat completion's text (incrementally, so they stream: its
+    ``stream()`` reads one streamed completion, and should read only what each
+    piece adds), and writes tools, past calls and tool results as text for a
+    model whose chat template cannot render them. It runs in the API server's
+    process; a call that raises ends that request alone with a 500, counted
+    against its plugin.
     """,
     ),
     ComponentKind(
