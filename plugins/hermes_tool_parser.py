@@ -90,7 +90,7 @@ class HermesCallStream(ToolCallStream):
             if not self._read_block(text, final, tail, tail_calls):
                 break
         joined = "".join(self.content + tail)
-        # As the whole-text parse: whitespace between blocks is dropped; with no calls
+        # Whitespace left between blocks is dropped; with no calls
         # the text is returned as generated, so trailing whitespace waits until then.
         calls = self.calls + tail_calls
         if calls or not final:

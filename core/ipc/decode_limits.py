@@ -21,15 +21,12 @@ lists); the size is ``ipc.max_message_bytes``.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from dataclasses import dataclass
 
 from tercet.errors import TercetError
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
-# Values that hold nothing else: they end a path.
-_SCALAR_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 class MessageOverLimitsError(TercetError):
@@ -55,37 +52,62 @@ class DecodeLimits:
     def check_depth(self, value) -> None:
         """Refuse a decoded value whose containers and messages nest deeper than ``max_depth``.
 
-        Iterative, so a deep value cannot exhaust the stack here either; a value
-        reached again by a deeper path (pickle shares and cycles) is walked again
-        from there, at most ``max_depth`` times, so a cycle ends at the limit.
+        Level by level, without recursion, so a deep value cannot exhaust the
+        stack here either. A value reached by several paths (pickle shares) is
+        walked once per level it appears on, so a cycle ends at the limit.
         """
-        deepest_seen: dict[int, int] = {}
-        pending = [(value, 1)]
-        while pending:
-            value, depth = pending.pop()
-            children = _children(value)
-            if children is None:
-                continue
-            if depth > self.max_depth:
-                raise MessageOverLimitsError(f"containers or messages nested more than {self.max_depth} deep")
-            if deepest_seen.get(id(value), 0) >= depth:
-                continue
-            deepest_seen[id(value)] = depth
-            pending.extend((child, depth + 1) for child in children if type(child) not in _SCALAR_TYPES)
+        level = [value]
+        for depth in range(1, self.max_depth + 1):
+            level = [child for holder in level for child in _children_that_hold(holder)]
+            if not level:
+                return
+            if len(level) > 1:
+                level = list({id(holder): holder for holder in level}.values())
+        if any(not _holds_nothing(type(holder)) for holder in level):
+            raise MessageOverLimitsError(f"containers or messages nested more than {self.max_depth} deep")
 
 
-def _children(value):
-    """What ``value`` holds, or None for a value that holds nothing (a scalar, an enum)."""
+def _children_that_hold(value) -> list:
+    """What ``value`` holds that may hold more: containers, messages, types not seen yet."""
     kind = type(value)
-    if kind in _SCALAR_TYPES:
-        return None
-    if kind in (list, tuple, set, frozenset):
-        # Fast path: a flat list of token ids (thousands of ints) is checked in C.
-        return () if set(map(type, value)) <= _SCALAR_TYPES else value
-    if kind is dict:
-        return itertools.chain(value.keys(), value.values())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [getattr(value, field.name) for field in dataclasses.fields(value)]
-    if isinstance(value, (list, tuple, set, frozenset, dict)):  # a subclass: walked like its base
-        return list(itertools.chain(value.keys(), value.values())) if isinstance(value, dict) else value
-    return None
+    if kind in _BUILT_IN_CONTAINERS:
+        # A flat list of token ids (thousands of ints) is checked in C.
+        if set(map(type, value)) <= _LEAF_TYPES:
+            return []
+    elif kind is dict:
+        value = [*value.keys(), *value.values()]
+    else:
+        value = _items_getter(kind)(value)
+    return [item for item in value if type(item) not in _LEAF_TYPES]
+
+
+def _holds_nothing(kind: type) -> bool:
+    _items_getter(kind)
+    return kind in _LEAF_TYPES
+
+
+def _items_getter(kind: type):
+    """How to list what a value of ``kind`` holds: a message's fields, a container subclass's
+    items; nothing for anything else (an enum, say), whose type then joins the leaf types."""
+    getter = _ITEMS_BY_TYPE.get(kind)
+    if getter is None:
+        getter = _ITEMS_BY_TYPE[kind] = _new_items_getter(kind)
+    return getter
+
+
+def _new_items_getter(kind: type):
+    if dataclasses.is_dataclass(kind):
+        names = [field.name for field in dataclasses.fields(kind)]
+        return lambda value: [getattr(value, name) for name in names]
+    if issubclass(kind, dict):
+        return lambda value: [*value.keys(), *value.values()]
+    if issubclass(kind, (list, tuple, set, frozenset)):
+        return list
+    _LEAF_TYPES.add(kind)
+    return lambda value: ()
+
+
+_BUILT_IN_CONTAINERS = frozenset({list, tuple, set, frozenset})
+# Types whose values hold nothing: the scalars, and every other such type once seen.
+_LEAF_TYPES: set[type] = {int, float, str, bytes, bool, type(None)}
+_ITEMS_BY_TYPE: dict[type, object] = {}

@@ -9,14 +9,15 @@ for a model whose chat template cannot render them.
 Parsing is incremental so calls can stream: each streamed completion gets
 its own :meth:`ToolCallParser.stream`, whose ``parse(text, final=False)`` is
 called on each longer prefix of the output, and what it returns must only
-grow. The default stream parses the whole text again each time, which costs
+grow. (The default stream parses the whole text again each time, which costs
 time quadratic in the answer's length; a parser overrides ``stream`` to read
-only what each piece adds (``hermes`` does). The content, and each call's arguments, must be prefixes of what the
-final parse returns; a call's name, once given, never changes, and calls are
-only ever appended. The server sends the difference between two parses as
-OpenAI's streamed ``tool_calls`` deltas, so a parser that breaks the rule
-would send text it must later take back; the server checks the rule and
-fails the request rather than send a wrong stream.
+only what each piece adds, as ``hermes`` does.) The content, and each call's
+arguments, must be prefixes of what the final parse returns; a call's name,
+once given, never changes, and calls are only ever appended. The server
+sends the difference between two parses as OpenAI's streamed ``tool_calls``
+deltas, so a parser that breaks the rule would send text it must later take
+back; the server checks the rule and fails the request rather than send a
+wrong stream.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """DecodeLimits: size, nested messages and depth, checked without recursion and ending on shared or cyclic values."""
 
+import enum
 from dataclasses import dataclass
 
 import pytest
 
 from tercet.ipc.decode_limits import DecodeLimits, MessageOverLimitsError
-from tercet.ipc.messages import AbortReq, BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
+from tercet.ipc.messages import AbortReq, BatchTokenIDOutput, DetokenizeParams, FinishKind, FinishReason, TokenLogprobs
 
 LIMITS = DecodeLimits(max_bytes=100, max_depth=8, max_nested_messages=3)
 
@@ -36,6 +37,20 @@ def test_depth_counts_containers_and_messages_along_one_path():
                      [[[[[[[[set()]]]]]]]], [[[[[[[frozenset([()])]]]]]]]):
         with pytest.raises(MessageOverLimitsError, match="nested more than 8 deep"):
             LIMITS.check_depth(too_deep)
+
+
+def test_values_that_hold_nothing_end_a_path_whatever_their_type():
+    class Colour(enum.Enum):
+        RED = 1
+
+    def in_lists(depth: int, innermost: list):
+        for _ in range(depth - 1):
+            innermost = [innermost]
+        return innermost
+
+    LIMITS.check_depth(in_lists(8, [Colour.RED, FinishKind.STOP, 2.5, b"x", None]))  # eight levels
+    with pytest.raises(MessageOverLimitsError):
+        LIMITS.check_depth(in_lists(8, [Colour.RED, []]))
 
 
 def test_a_deep_value_is_checked_without_recursion():
