@@ -112,7 +112,7 @@ def test_hostile_frames_on_every_edge_are_dropped_and_no_process_dies(start_serv
             expected[edge] += len(frames)
         wait_until_dropped(server, processes, expected)
 
-    @settings(max_examples=30, deadline=None, database=None,
+    @settings(max_examples=50, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(HOSTILE_FRAMES, min_size=1, max_size=6))
     def send_drawn_frames(frames):
