@@ -30,7 +30,7 @@ class HermesToolCallParser(ToolCallParser):
     def parse(self, text: str, final: bool) -> ToolCallParse:
         return HermesCallStream().parse(text, final)
 
-    def stream(self) -> "HermesCallStream":
+    def stream(self) -> HermesCallStream:
         return HermesCallStream()
 
     def tools_prompt(self, tools: list[dict]) -> str:

@@ -14,8 +14,8 @@ see ``register_serializers``):
   without recursion, so shared or cyclic values (pickle can build both) end too.
 
 Legitimate messages stay far below the defaults: the deepest core message is
-six levels (a batch, its list of logprobs, a ``TokenLogprobs``, its three nested top
-lists); the size is ``ipc.max_message_bytes``.
+six levels (a batch, its list of logprobs, a ``TokenLogprobs``, its three
+nested top lists); the size is ``ipc.max_message_bytes``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from tercet.errors import TercetError
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
-
 
 
 class MessageOverLimitsError(TercetError):
@@ -57,7 +56,7 @@ class DecodeLimits:
         walked once per level it appears on, so a cycle ends at the limit.
         """
         level = [value]
-        for depth in range(1, self.max_depth + 1):
+        for _ in range(self.max_depth):
             level = [child for holder in level for child in _children_that_hold(holder)]
             if not level:
                 return
@@ -65,6 +64,9 @@ class DecodeLimits:
                 level = list({id(holder): holder for holder in level}.values())
         if any(not _holds_nothing(type(holder)) for holder in level):
             raise MessageOverLimitsError(f"containers or messages nested more than {self.max_depth} deep")
+
+
+DEFAULT_DECODE_LIMITS = DecodeLimits()
 
 
 def _children_that_hold(value) -> list:

@@ -12,7 +12,14 @@ import uuid
 
 from tercet.containment import ContainedFailures
 from tercet.errors import RequestError
-from tercet.tools.tool_calls import CallObjectStream, ToolCall, ToolCallParse, ToolCallParser, ToolCallStream, WholeTextStream
+from tercet.tools.tool_calls import (
+    CallObjectStream,
+    ToolCall,
+    ToolCallParse,
+    ToolCallParser,
+    ToolCallStream,
+    WholeTextStream,
+)
 
 PARSER_FAILURE = "tool_call_parser"
 
@@ -39,7 +46,7 @@ class ToolCallReader:
         """The calls of a whole answer."""
         return self._read(self.parser.parse if self.parser is not None else CallObjectStream().parse, text, final)
 
-    def stream(self) -> "StreamedCalls":
+    def stream(self) -> StreamedCalls:
         """A reader for one streamed completion: its text only grows, and each piece is read once."""
         if self.parser is None:
             return StreamedCalls(self, CallObjectStream())

@@ -66,7 +66,7 @@ class ToolCallParser(ABC):
     def parse(self, text: str, final: bool) -> ToolCallParse:
         """The calls in ``text`` (the output so far; all of it when ``final``)."""
 
-    def stream(self) -> "ToolCallStream":
+    def stream(self) -> ToolCallStream:
         """A reader for one streamed completion, called with texts that only grow."""
         return WholeTextStream(self)
 
