@@ -121,11 +121,20 @@ PLACEHOLDER_API_KEYS = {"", "none", "null"}
 
 def check_api_key(value: Any, where: str) -> None:
     """An empty or placeholder key is an error, never "no authentication": with
-    ``--api-key "$KEY"`` and KEY unset, the server would serve everyone."""
+    ``--api-key "$KEY"`` and KEY unset, the server would serve everyone. A key
+    with whitespace around it is an error too: it would lock everyone out."""
     if isinstance(value, str) and value.strip().lower() in PLACEHOLDER_API_KEYS:
         raise ConfigError(
             f"{where} is {value!r}, which would turn authentication off; give a real key, "
             "or leave it out to serve without one"
+        )
+    # A client cannot send them: HTTP drops the spaces around a header's value, so
+    # such a key would start a server that answers every request with a 401.
+    if isinstance(value, str) and value != value.strip():
+        raise ConfigError(
+            f"{where} has whitespace around it ({len(value) - len(value.lstrip())} leading, "
+            f"{len(value) - len(value.rstrip())} trailing), which no client can send in an Authorization "
+            "header; give the key without it"
         )
 
 

@@ -123,6 +123,9 @@ class IpcConfig:
     serializer: str = "msgpack"
     # Interface tcp endpoints bind to; loopback unless ranks live on other hosts.
     tcp_host: str = "127.0.0.1"
+    # The longest frame a receiver decodes (an integer or a size such as "64MiB");
+    # a longer one is dropped and counted, and a sender refuses to encode one.
+    max_message_bytes: str = field(default="256MiB", metadata={"byte_size": True})
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ them by kind and by plugin, for the log and ``GET /get_server_info``.
 
 Kinds, by where they happen:
 
-- ``undecodable_message``, ``malformed_message``, ``unhandled_message``: a
-  message dropped on receipt (the log names the edge it came in on);
+- ``undecodable_message``, ``message_over_limits``, ``malformed_message``,
+  ``unhandled_message``: a message dropped on receipt (the log names the edge
+  it came in on);
 - ``message_handler``: a handler raised on one message;
 - ``generate_request``: a request could not be set up in the scheduler;
 - ``scheduling_policy``: ``order()`` or ``choose_preemption_victim()`` raised

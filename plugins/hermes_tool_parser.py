@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import json
 
-from tercet.plugin_api import ToolCall, ToolCallParse, ToolCallParser, hookimpl, read_call_object
+from tercet.plugin_api import (
+    CallObjectStream,
+    ToolCall,
+    ToolCallParse,
+    ToolCallParser,
+    ToolCallStream,
+    hookimpl,
+    read_call_object,
+)
 
 OPEN_CALL, CLOSE_CALL = "<tool_call>", "</tool_call>"
 
@@ -20,17 +28,10 @@ class HermesToolCallParser(ToolCallParser):
     call_prefix = OPEN_CALL + "\n"
 
     def parse(self, text: str, final: bool) -> ToolCallParse:
-        content: list[str] = []
-        calls: list[ToolCall] = []
-        position = 0
-        while position is not None:
-            position = _read_up_to_next_block(text, position, final, content, calls)
-        joined = "".join(content)
-        # Whitespace left between blocks is dropped; with no calls the text is
-        # returned as generated, so trailing whitespace waits until then.
-        if calls or not final:
-            joined = joined.rstrip()
-        return ToolCallParse(joined, tuple(calls))
+        return HermesCallStream().parse(text, final)
+
+    def stream(self) -> HermesCallStream:
+        return HermesCallStream()
 
     def tools_prompt(self, tools: list[dict]) -> str:
         lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
@@ -64,34 +65,54 @@ def register_tool_call_parsers(register):
     register("hermes", HermesToolCallParser)
 
 
-def _read_up_to_next_block(text: str, position: int, final: bool, content: list[str], calls: list[ToolCall]):
-    """Read the text from ``position`` through the next call block into ``content`` and ``calls``:
-    the position past that block, or None when the text has no more."""
-    opened = text.find(OPEN_CALL, position)
-    if opened < 0:
-        # While streaming, a tail that may be the start of "<tool_call>" waits.
-        content.append(text[position:] if final else _without_tag_start(text[position:], OPEN_CALL))
-        return None
-    content.append(text[position:opened])
-    inner_start = opened + len(OPEN_CALL)
-    closed = text.find(CLOSE_CALL, inner_start)
-    if closed < 0:
-        _read_open_block(text, opened, final, content, calls)
-        return None
-    call = read_call_object(text[inner_start:closed])
-    if call is None:
-        content.append(text[opened:closed + len(CLOSE_CALL)])
-    else:
-        calls.append(call)
-    return closed + len(CLOSE_CALL)
+class HermesCallStream(ToolCallStream):
+    """One streamed completion: text and blocks before the open block are read once and
+    kept; the open block is read by a :class:`CallObjectStream`, which reads only what
+    each piece adds. Parsing the whole text again per piece cost seconds for a long call."""
 
+    def __init__(self):
+        self.content: list[str] = []  # settled: the text before the open block
+        self.calls: list[ToolCall] = []  # settled: the calls of closed blocks
+        self.position = 0  # where the text not settled yet starts
+        self.open_call: CallObjectStream | None = None  # the block opened at self.position
 
-def _read_open_block(text: str, opened: int, final: bool, content: list[str], calls: list[ToolCall]) -> None:
-    """The last block is still open (or was cut off by the length limit)."""
-    inner_start = opened + len(OPEN_CALL)
-    inner = text[inner_start:] if final else _without_tag_start(text[inner_start:], CLOSE_CALL)
-    call = read_call_object(inner)
-    if call is not None:
-        calls.append(call)
-    elif final:
-        content.append(text[opened:])  # never became a call: it is text
+    def parse(self, text: str, final: bool) -> ToolCallParse:
+        tail: list[str] = []
+        tail_calls: list[ToolCall] = []
+        while True:
+            opened = text.find(OPEN_CALL, self.position) if self.open_call is None else self.position
+            if opened < 0:
+                tail.append(text[self.position:] if final else _without_tag_start(text[self.position:], OPEN_CALL))
+                break
+            if self.open_call is None:
+                self.content.append(text[self.position:opened])
+                self.position, self.open_call = opened, CallObjectStream()
+            if not self._read_block(text, final, tail, tail_calls):
+                break
+        joined = "".join(self.content + tail)
+        # Whitespace left between blocks is dropped; with no calls
+        # the text is returned as generated, so trailing whitespace waits until then.
+        calls = self.calls + tail_calls
+        if calls or not final:
+            joined = joined.rstrip()
+        return ToolCallParse(joined, tuple(calls))
+
+    def _read_block(self, text: str, final: bool, tail: list[str], tail_calls: list[ToolCall]) -> bool:
+        """Read the block opened at ``self.position``: True once it closed (and is settled)."""
+        inner_start = self.position + len(OPEN_CALL)
+        closed = text.find(CLOSE_CALL, inner_start)
+        if closed < 0:
+            inner = text[inner_start:] if final else _without_tag_start(text[inner_start:], CLOSE_CALL)
+            call = self.open_call.read(inner)
+            if call is not None:
+                tail_calls.append(call)
+            elif final:
+                tail.append(text[self.position:])  # never became a call: it is text
+            return False
+        call = read_call_object(text[inner_start:closed])
+        if call is None:
+            self.content.append(text[self.position:closed + len(CLOSE_CALL)])
+        else:
+            self.calls.append(call)
+        self.position, self.open_call = closed + len(CLOSE_CALL), None
+        return True

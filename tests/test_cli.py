@@ -48,6 +48,11 @@ def test_an_empty_or_placeholder_api_key_flag_is_an_error_naming_the_flag(capsys
     assert "--api-key is" in capsys.readouterr().err
 
 
+def test_an_api_key_flag_with_spaces_around_it_is_an_error_naming_the_flag(capsys):
+    assert main(["config", "show", "--api-key", " secret "]) != 0
+    assert "--api-key has whitespace around it (1 leading, 1 trailing)" in capsys.readouterr().err
+
+
 def test_the_dtype_flag_offers_exactly_the_dtypes_the_config_accepts():
     import argparse
     from dataclasses import fields

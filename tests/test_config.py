@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from tercet.config import (
@@ -135,6 +137,20 @@ def test_an_empty_or_placeholder_api_key_is_an_error_naming_where_it_came_from(t
     toml = tmp_path / "tercet.toml"
     toml.write_text(f'[server]\napi_key = "{placeholder}"\n')
     with pytest.raises(ConfigError, match=rf"config file {toml}: server\.api_key is .*{named}"):
+        load_config(str(toml), environ={})
+
+
+@pytest.mark.parametrize("padded", [" secret ", "secret ", "\tsecret", "secret\n"])
+def test_an_api_key_with_whitespace_around_it_is_an_error_naming_where_it_came_from(tmp_path, padded):
+    """No client can send those spaces (HTTP drops them around a header value): every request would get a 401."""
+    named = "has whitespace around it .*no client can send"
+    with pytest.raises(ConfigError, match=f"environment: TERCET_SERVER_API_KEY {named}"):
+        load_config(environ={"TERCET_SERVER_API_KEY": padded})
+    with pytest.raises(ConfigError, match=rf"command line: server\.api_key {named}"):
+        load_config(environ={}, overrides={"server": {"api_key": padded}})
+    toml = tmp_path / "tercet.toml"
+    toml.write_text(f'[server]\napi_key = {json.dumps(padded)}\n')
+    with pytest.raises(ConfigError, match=rf"config file {toml}: server\.api_key {named}"):
         load_config(str(toml), environ={})
 
 

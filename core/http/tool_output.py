@@ -26,6 +26,7 @@ class ToolCallDeltas:
 
     def __init__(self, reader: ToolCallReader):
         self.reader = reader
+        self.calls = reader.stream()
         self.text = ""
         self.sent_content = ""
         self.sent_calls: list[tuple[str, str, str]] = []  # (id, name, arguments sent)
@@ -37,7 +38,7 @@ class ToolCallDeltas:
     def add(self, text: str, final: bool) -> list[dict]:
         """The deltas that ``text``, the completion's next piece, makes certain."""
         self.text += text
-        parsed = self.reader.parse(self.text, final)
+        parsed = self.calls.parse(self.text, final)
         deltas = []
         content = parsed.content
         if content != self.sent_content:

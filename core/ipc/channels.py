@@ -1,7 +1,8 @@
 """Typed ZeroMQ channels: a PUSH or PULL socket plus the configured serializer.
 
 Every edge is one-way PUSH/PULL. A message that does not decode to a
-registered type, or whose fields do not hold the types its class declares
+registered type, is over the decode limits (:mod:`tercet.ipc.decode_limits`),
+or whose fields do not hold the types its class declares
 (:mod:`tercet.ipc.message_check`), is logged with the edge it came in on, counted
 and dropped, so a bad sender cannot take a manager down.
 """
@@ -14,6 +15,7 @@ import zmq
 import zmq.asyncio
 
 from tercet.containment import ContainedFailures
+from tercet.ipc.decode_limits import MessageOverLimitsError
 from tercet.ipc.message_check import MalformedMessageError, check_message
 
 logger = logging.getLogger(__name__)
@@ -108,6 +110,9 @@ class _Decoder:
         # Any input that does not decode, or decodes to nonsense, is the sender's fault, not ours.
         try:
             message = self.serializer.decode(data)
+        except MessageOverLimitsError as error:
+            self._drop("message_over_limits", f"dropped a message over the decode limits ({len(data)} bytes) from {self.edge}: {error}")
+            return None
         except Exception as error:
             self._drop("undecodable_message", f"dropped an undecodable message ({len(data)} bytes) from {self.edge}: {error}")
             return None

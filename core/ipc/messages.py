@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 
 from tercet.containment import INTERNAL_FAILURE_STATUS, internal_failure_message
 from tercet.errors import TercetError
+from tercet.ipc.decode_limits import DEFAULT_DECODE_LIMITS, DecodeLimits
 from tercet.sampling_params import SamplingParams
 
 
@@ -214,21 +215,23 @@ class UnknownMessageError(TercetError):
 
 
 class MessageRegistry:
-    """Two-way map between registered dataclasses and their stable wire tags."""
+    """Two-way map between registered dataclasses and their stable wire tags,
+    with the limits every serializer keeps when it decodes (:class:`DecodeLimits`)."""
 
-    def __init__(self, types_by_tag: dict[str, type]):
+    def __init__(self, types_by_tag: dict[str, type], limits: DecodeLimits = DEFAULT_DECODE_LIMITS):
         for tag, cls in types_by_tag.items():
             if not is_dataclass(cls):
                 raise TypeError(f"message type {tag!r} must be a dataclass, got {cls!r}")
         self.types_by_tag = dict(types_by_tag)
+        self.limits = limits
         self.tags_by_type = {cls: tag for tag, cls in types_by_tag.items()}
         self.field_names_by_type = {
             cls: tuple(f.name for f in fields(cls)) for cls in types_by_tag.values()
         }
 
     @classmethod
-    def from_plugin_registries(cls, registries) -> "MessageRegistry":
-        return cls({tag: reg.obj for tag, reg in registries.message_types.entries.items()})
+    def from_plugin_registries(cls, registries, limits: DecodeLimits = DEFAULT_DECODE_LIMITS) -> "MessageRegistry":
+        return cls({tag: reg.obj for tag, reg in registries.message_types.entries.items()}, limits)
 
     def tag_of(self, message) -> str:
         try:

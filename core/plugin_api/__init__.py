@@ -32,6 +32,7 @@ from tercet.errors import ConfigError, RequestError, TercetError
 from tercet.formats.default_model import default_cache_dir
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES, ControlReply, ControlRequest
+from tercet.ipc.decode_limits import DecodeLimits, MessageOverLimitsError
 from tercet.ipc.messages import (
     CORE_MESSAGE_TYPES,
     FinishKind,
@@ -52,7 +53,14 @@ from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, Gramm
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.stats import SchedulerStats
-from tercet.tools.tool_calls import ToolCall, ToolCallParse, ToolCallParser, read_call_object
+from tercet.tools.tool_calls import (
+    CallObjectStream,
+    ToolCall,
+    ToolCallParse,
+    ToolCallParser,
+    ToolCallStream,
+    read_call_object,
+)
 
 __all__ = [
     "API_VERSION",
@@ -61,10 +69,12 @@ __all__ = [
     "CONTROL_MESSAGE_TYPES",
     "CORE_MESSAGE_TYPES",
     "CachedPrefix",
+    "CallObjectStream",
     "ConfigError",
     "ContainedFailures",
     "ControlReply",
     "ControlRequest",
+    "DecodeLimits",
     "EncoderArchitecture",
     "FinishKind",
     "FinishReason",
@@ -76,6 +86,7 @@ __all__ = [
     "GrammarTokenizer",
     "LinearMethod",
     "LinearTarget",
+    "MessageOverLimitsError",
     "MessageRegistry",
     "ModelArchitecture",
     "NativeBuildError",
@@ -92,6 +103,7 @@ __all__ = [
     "ToolCall",
     "ToolCallParse",
     "ToolCallParser",
+    "ToolCallStream",
     "UnknownMessageError",
     "default_cache_dir",
     "hookimpl",

@@ -40,7 +40,14 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     ``register(name, factory)`` where ``factory(message_registry)`` returns an
     object with ``encode(message) -> bytes`` and ``decode(bytes) -> message``.
     A serializer must only ever produce instances of types in the registry:
-    an unknown tag is an error, never an arbitrary object.
+    an unknown tag is an error, never an arbitrary object. Bytes come from
+    whoever can write to a socket, so ``decode`` must also keep the registry's
+    :class:`tercet.plugin_api.DecodeLimits` (``message_registry.limits``):
+    refuse a frame over ``max_bytes`` before reading it, a message nested past
+    ``max_nested_messages`` before recursing into it, and a decoded value
+    deeper than ``max_depth`` (``limits.check_depth``), each by raising
+    :class:`tercet.plugin_api.MessageOverLimitsError`; the receiver drops and
+    counts the frame (``message_over_limits``).
     """,
     ),
     ComponentKind(
@@ -150,10 +157,12 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
 
     ``register(name, factory)`` where ``factory()`` returns a
     :class:`tercet.tools.tool_calls.ToolCallParser`: one tool-call format. It finds
-    the calls in a chat completion's text (incrementally, so they stream), and
-    writes tools, past calls and tool results as text for a model whose chat
-    template cannot render them. It runs in the API server's process; a call
-    that raises ends that request alone with a 500, counted against its plugin.
+    the calls in a chat completion's text (incrementally, so they stream: its
+    ``stream()`` reads one streamed completion, and should read only what each
+    piece adds), and writes tools, past calls and tool results as text for a
+    model whose chat template cannot render them. It runs in the API server's
+    process; a call that raises ends that request alone with a 500, counted
+    against its plugin.
     """,
     ),
     ComponentKind(

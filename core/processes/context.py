@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import pluggy
 
+from tercet.byte_size import parse_byte_size
 from tercet.config import TercetConfig, check_plugin_choices
+from tercet.errors import ConfigError
+from tercet.ipc.decode_limits import DecodeLimits
 from tercet.ipc.messages import MessageRegistry
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
@@ -31,7 +34,8 @@ class ProcessContext:
         plugin_manager = plugin_manager or create_plugin_manager(disabled=config.disabled_plugins)
         registries = PluginRegistries.from_plugin_manager(plugin_manager)
         check_plugin_choices(config, registries)
-        return cls(config, plugin_manager, registries, MessageRegistry.from_plugin_registries(registries))
+        limits = decode_limits(config)
+        return cls(config, plugin_manager, registries, MessageRegistry.from_plugin_registries(registries, limits))
 
     def chosen(self, registry: str):
         """The factory the config chooses for a component kind (``"scheduling_policies"``, say):
@@ -49,6 +53,17 @@ class ProcessContext:
 
     def create_transport(self):
         return self.chosen("transports")(self.config.ipc)
+
+
+# Below this even an ordinary step's output may not fit.
+MIN_MESSAGE_BYTES = 64 * 1024
+
+
+def decode_limits(config: TercetConfig) -> DecodeLimits:
+    max_bytes = parse_byte_size(config.ipc.max_message_bytes, "ipc.max_message_bytes")
+    if max_bytes < MIN_MESSAGE_BYTES:
+        raise ConfigError(f"ipc.max_message_bytes must be at least 64KiB, got {config.ipc.max_message_bytes!r}")
+    return DecodeLimits(max_bytes=max_bytes)
 
 
 def configure_logging(component: str, level: str) -> None:

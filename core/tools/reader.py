@@ -12,7 +12,14 @@ import uuid
 
 from tercet.containment import ContainedFailures
 from tercet.errors import RequestError
-from tercet.tools.tool_calls import ToolCall, ToolCallParse, ToolCallParser, read_call_object
+from tercet.tools.tool_calls import (
+    CallObjectStream,
+    ToolCall,
+    ToolCallParse,
+    ToolCallParser,
+    ToolCallStream,
+    WholeTextStream,
+)
 
 PARSER_FAILURE = "tool_call_parser"
 
@@ -36,15 +43,29 @@ class ToolCallReader:
         self.plugin_name = plugin_name
 
     def parse(self, text: str, final: bool) -> ToolCallParse:
+        """The calls of a whole answer."""
+        return self._read(self.parser.parse if self.parser is not None else CallObjectStream().parse, text, final)
+
+    def stream(self) -> StreamedCalls:
+        """A reader for one streamed completion: its text only grows, and each piece is read once."""
         if self.parser is None:
-            parsed = _forced_call(text, final)
-        else:
-            try:
-                parsed = self.parser.parse(text, final)
-                if not isinstance(parsed, ToolCallParse):
-                    raise TypeError(f"parse returned {type(parsed).__name__}, not a ToolCallParse")
-            except Exception:
-                raise self.failure("the tool-call parser failed") from None
+            return StreamedCalls(self, CallObjectStream())
+        try:
+            # A parser that does not derive from ToolCallParser may lack stream(): it parses again.
+            stream = self.parser.stream() if hasattr(self.parser, "stream") else WholeTextStream(self.parser)
+        except Exception:
+            raise self.failure("the tool-call parser failed to start a stream") from None
+        return StreamedCalls(self, stream)
+
+    def _read(self, parse, text: str, final: bool) -> ToolCallParse:
+        try:
+            parsed = parse(text, final)
+            if not isinstance(parsed, ToolCallParse):
+                raise TypeError(f"parse returned {type(parsed).__name__}, not a ToolCallParse")
+        except Exception:
+            if self.parser is None:
+                raise  # the server's own reading of a forced call: a bug, not a plugin's failure
+            raise self.failure("the tool-call parser failed") from None
         if self.max_calls is not None and len(parsed.calls) > self.max_calls:
             parsed = ToolCallParse(parsed.content, parsed.calls[: self.max_calls])
         return parsed
@@ -71,12 +92,16 @@ class ToolCallReader:
         }
 
 
-def _forced_call(text: str, final: bool) -> ToolCallParse:
-    call = read_call_object(text)
-    if call is None:
-        # Only when the length limit cut the call before its name was done.
-        return ToolCallParse(text if final else "")
-    return ToolCallParse("", (call,))
+class StreamedCalls:
+    """One streamed completion read by its reader's stream, with the reader's checks and call limit."""
+
+    def __init__(self, reader: ToolCallReader, stream: ToolCallStream):
+        self.reader = reader
+        self.stream = stream
+
+    def parse(self, text: str, final: bool) -> ToolCallParse:
+        """The calls in ``text``, the completion so far (it extends the previous one)."""
+        return self.reader._read(self.stream.parse, text, final)
 
 
 def call_object(call_id: str, call: ToolCall) -> dict:

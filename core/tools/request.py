@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tercet.tools.schema_refs import rebase_local_refs
+
 ANY_OBJECT = {"type": "object"}
 
 
@@ -45,17 +47,23 @@ class ToolRequest:
 
     def forced_call_schema(self) -> str:
         """The JSON Schema of the one call a forced request answers with, as JSON text."""
-        options = [
-            {
-                "type": "object",
-                "properties": {
-                    "name": {"const": tool["function"]["name"]},
-                    "arguments": tool["function"].get("parameters") or ANY_OBJECT,
-                },
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for tool in self.tools
-            if self.function is None or tool["function"]["name"] == self.function
-        ]
-        return json.dumps(options[0] if len(options) == 1 else {"anyOf": options}, ensure_ascii=False)
+        chosen = [tool for tool in self.tools if self.function is None or tool["function"]["name"] == self.function]
+        if len(chosen) == 1:
+            return json.dumps(_call_schema(chosen[0], ""), ensure_ascii=False)
+        options = [_call_schema(tool, f"/anyOf/{index}") for index, tool in enumerate(chosen)]
+        return json.dumps({"anyOf": options}, ensure_ascii=False)
+
+
+def _call_schema(tool: dict, pointer: str) -> dict:
+    """The schema of a call to ``tool``, placed at JSON pointer ``pointer`` of the whole schema:
+    the tool's parameters move under ``properties.arguments``, and their local ``$ref``s with them."""
+    parameters = tool["function"].get("parameters") or ANY_OBJECT
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"const": tool["function"]["name"]},
+            "arguments": rebase_local_refs(parameters, pointer + "/properties/arguments"),
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }

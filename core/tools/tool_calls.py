@@ -6,14 +6,18 @@ own format (Hermes-style ``<tool_call>{...}</tool_call>`` blocks, say). A
 in generated text, and it writes tools, past calls and tool results as text
 for a model whose chat template cannot render them.
 
-Parsing is incremental so calls can stream: ``parse(text, final=False)`` is
+Parsing is incremental so calls can stream: each streamed completion gets
+its own :meth:`ToolCallParser.stream`, whose ``parse(text, final=False)`` is
 called on each longer prefix of the output, and what it returns must only
-grow. The content, and each call's arguments, must be prefixes of what the
-final parse returns; a call's name, once given, never changes, and calls are
-only ever appended. The server sends the difference between two parses as
-OpenAI's streamed ``tool_calls`` deltas, so a parser that breaks the rule
-would send text it must later take back; the server checks the rule and
-fails the request rather than send a wrong stream.
+grow. (The default stream parses the whole text again each time, which costs
+time quadratic in the answer's length; a parser overrides ``stream`` to read
+only what each piece adds, as ``hermes`` does.) The content, and each call's
+arguments, must be prefixes of what the final parse returns; a call's name,
+once given, never changes, and calls are only ever appended. The server
+sends the difference between two parses as OpenAI's streamed ``tool_calls``
+deltas, so a parser that breaks the rule would send text it must later take
+back; the server checks the rule and fails the request rather than send a
+wrong stream.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from tercet.tools.partial_json import MemberSpan, ObjectScan, scan_object
+from tercet.tools.partial_json import MemberSpan, ObjectScan, ObjectScanner, scan_object
 
 # The member that holds a call's arguments; some models write "parameters".
 ARGUMENT_KEYS = ("arguments", "parameters")
@@ -62,6 +66,10 @@ class ToolCallParser(ABC):
     def parse(self, text: str, final: bool) -> ToolCallParse:
         """The calls in ``text`` (the output so far; all of it when ``final``)."""
 
+    def stream(self) -> ToolCallStream:
+        """A reader for one streamed completion, called with texts that only grow."""
+        return WholeTextStream(self)
+
     @abstractmethod
     def tools_prompt(self, tools: list[dict]) -> str:
         """System-prompt text offering ``tools`` (OpenAI tool objects), for a
@@ -76,15 +84,53 @@ class ToolCallParser(ABC):
         """A tool's result as the model should read it, in a user turn."""
 
 
-def read_call_object(text: str) -> ToolCall | None:
+class ToolCallStream(ABC):
+    """One streamed completion's calls, read as its text grows."""
+
+    @abstractmethod
+    def parse(self, text: str, final: bool) -> ToolCallParse:
+        """The calls in ``text``, which extends the text of the previous call (all of it when ``final``)."""
+
+
+class WholeTextStream(ToolCallStream):
+    """The default stream: the parser's ``parse`` on the whole text each time."""
+
+    def __init__(self, parser: ToolCallParser):
+        self.parser = parser
+
+    def parse(self, text: str, final: bool) -> ToolCallParse:
+        return self.parser.parse(text, final)
+
+
+class CallObjectStream(ToolCallStream):
+    """:func:`read_call_object` for a text that only grows: the text is one bare call
+    object (a forced call's), and each read goes on where the previous one stopped."""
+
+    def __init__(self):
+        self.scanner = ObjectScanner()
+
+    def read(self, text: str) -> ToolCall | None:
+        return read_call_object(text, self.scanner)
+
+    def parse(self, text: str, final: bool) -> ToolCallParse:
+        call = self.read(text)
+        if call is None:
+            # Only when the length limit cut the call before its name was done.
+            return ToolCallParse(text if final else "")
+        return ToolCallParse("", (call,))
+
+
+def read_call_object(text: str, scanner: ObjectScanner | None = None) -> ToolCall | None:
     """The call in a (possibly unfinished) ``{"name": ..., "arguments": {...}}``;
     None when ``text`` is not such an object or its name is not readable yet.
 
     The arguments are the text written so far. An arguments member given as
     a JSON string (some models encode the object) is taken once complete,
-    decoded; a call whose object closed without arguments has ``"{}"``.
+    decoded; a call whose object closed without arguments has ``"{}"``. With a
+    ``scanner``, ``text`` extends the text it scanned last, and only the new
+    part is read.
     """
-    scan = scan_object(text)
+    scan = scanner.scan(text) if scanner is not None else scan_object(text)
     name = _call_name(scan, text)
     if name is None:
         return None

@@ -19,28 +19,17 @@ import httpx
 import msgpack
 import psutil
 import pytest
-import zmq
+from ipc_injection import endpoints, push
 
 from tercet.testing import TINY_SETTINGS, wait_for_ranks
 
 SHORT_BODY = {"text": "Count", "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
 FORGED_PROMPT_LENGTH = 40
-ENDPOINTS_LINE = re.compile(r"IPC endpoints: scheduler (?P<schedulers>.+?), detokenizer (?P<detokenizer>\S+), tokenizer (?P<tokenizer>\S+)")
 
 
 @pytest.fixture(scope="module")
 def server(start_server, tiny_llama_dir):
     return start_server(tiny_llama_dir, TINY_SETTINGS)
-
-
-def endpoints(server) -> dict[str, list[str]]:
-    match = ENDPOINTS_LINE.search(server.log())
-    assert match, server.log()
-    return {
-        "scheduler": match["schedulers"].split(", "),
-        "detokenizer": [match["detokenizer"]],
-        "tokenizer": [match["tokenizer"]],
-    }
 
 
 def ipc_path(endpoint: str) -> str:
@@ -63,38 +52,6 @@ def forged_request_bytes(rid: str) -> bytes:
     serializer = ProcessContext.create(TercetConfig()).create_serializer()
     params = SamplingParams(max_new_tokens=4, temperature=0, ignore_eos=True, seed=1)
     return serializer.encode(TokenizedGenerateReq(rid, [1] * FORGED_PROMPT_LENGTH, params))
-
-
-def push(endpoint: str, payloads: list[bytes], immediate: bool = True, wait: float = 2.0) -> list[str]:
-    """Connect a ZeroMQ PUSH to ``endpoint`` and try to send each payload without
-    blocking; what happened to each: ``sent`` or ``not delivered``.
-
-    With ``immediate`` a message is only queued once a peer is connected;
-    without it ZeroMQ queues it at once and delivers it if a connection ever
-    succeeds (its default, which is what a naive injector gets)."""
-    context = zmq.Context()
-    sock = context.socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 2000)
-    sock.setsockopt(zmq.IMMEDIATE, int(immediate))
-    try:
-        sock.connect(endpoint)
-        outcomes = []
-        for payload in payloads:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    sock.send(payload, zmq.NOBLOCK)
-                    outcomes.append("sent")
-                    break
-                except zmq.Again:  # no peer connected
-                    if time.monotonic() > deadline:
-                        outcomes.append("not delivered")
-                        break
-                    time.sleep(0.05)
-        return outcomes
-    finally:
-        sock.close()
-        context.term()
 
 
 def run_as(user: str, function, *args) -> str:

@@ -114,6 +114,33 @@ def test_a_named_function_is_called_and_streams_as_deltas(client, model):
     assert [(c["name"], c["arguments"]) for c in calls] == [("get_weather", call.function.arguments)]
 
 
+# What pydantic writes for nested models: "$ref"s into a "$defs" table at the parameters' root.
+NESTED_PARAMETERS = {
+    "$defs": {
+        "Unit": {"enum": ["celsius", "fahrenheit"], "type": "string"},
+        "Place": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                   "unit": {"$ref": "#/$defs/Unit"}},
+                  "required": ["city", "unit"], "additionalProperties": False},
+    },
+    "type": "object",
+    "properties": {"place": {"$ref": "#/$defs/Place"}},
+    "required": ["place"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("tool_choice", [{"type": "function", "function": {"name": "forecast"}}, "required"])
+def test_a_forced_call_resolves_the_parameters_defs(client, model, tool_choice):
+    tools = [*TOOLS, {"type": "function", "function": {"name": "forecast", "parameters": NESTED_PARAMETERS}}]
+    answer = client.chat.completions.create(
+        model=model, messages=QUESTION, tools=tools, tool_choice=tool_choice, temperature=0, max_tokens=80
+    )
+    [call] = answer.choices[0].message.tool_calls
+    assert answer.choices[0].finish_reason == "tool_calls"
+    parameters = next(tool["function"]["parameters"] for tool in tools if tool["function"]["name"] == call.function.name)
+    jsonschema.validate(json.loads(call.function.arguments), parameters)
+
+
 def test_auto_finds_the_calls_the_model_writes(client, model):
     fields = dict(model=model, messages=QUESTION, tools=TOOLS, temperature=0, max_tokens=60,
                   extra_body={"regex": HERMES_CALL})

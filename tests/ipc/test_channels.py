@@ -50,24 +50,41 @@ def test_async_receiver(tmp_path):
     assert asyncio.run(exchange()) == AbortReq("x")
 
 
-def test_a_message_whose_fields_do_not_fit_is_dropped_and_counted(tmp_path, caplog):
+def first_received(tmp_path, messages: list, receiving_serializer=SERIALIZER):
+    """Send ``messages`` over a fresh edge named "edge 7 (a test)"; the first received, and the receiver's failures."""
     from tercet.containment import ContainedFailures
 
     endpoint = f"ipc://{tmp_path}/edge"
     context = zmq.Context()
     failures = ContainedFailures("test")
-    receiver = MessageReceiver(context, endpoint, SERIALIZER, edge="edge 7 (a test)", failures=failures)
+    receiver = MessageReceiver(context, endpoint, receiving_serializer, edge="edge 7 (a test)", failures=failures)
     sender = MessageSender(context, endpoint, SERIALIZER)
     try:
-        sender.send(AbortReq(12345))  # encodes fine; rid is not a str
-        sender.send(AbortReq("kept"))
+        for message in messages:
+            sender.send(message)
         received = []
         while not received and receiver.poll(2000):
             received += receiver.receive_pending()
-        assert received == [AbortReq("kept")]
-        assert failures.as_dict()["by_kind"] == {"malformed_message": 1}
-        assert "dropped a malformed message from edge 7 (a test): AbortReq.rid: expected str, got int" in caplog.text
+        return received, failures.as_dict()["by_kind"]
     finally:
         sender.close()
         receiver.close()
         context.term()
+
+
+def test_a_message_whose_fields_do_not_fit_is_dropped_and_counted(tmp_path, caplog):
+    # AbortReq(12345) encodes fine; its rid is not a str.
+    received, failures = first_received(tmp_path, [AbortReq(12345), AbortReq("kept")])
+    assert received == [AbortReq("kept")]
+    assert failures == {"malformed_message": 1}
+    assert "dropped a malformed message from edge 7 (a test): AbortReq.rid: expected str, got int" in caplog.text
+
+
+def test_a_message_over_the_decode_limits_is_dropped_and_counted(tmp_path, caplog):
+    from tercet.ipc.decode_limits import DecodeLimits
+
+    small = MsgpackSerializer(MessageRegistry(CORE_MESSAGE_TYPES, DecodeLimits(max_bytes=100)))
+    received, failures = first_received(tmp_path, [AbortReq("x" * 200), AbortReq("kept")], small)
+    assert received == [AbortReq("kept")]
+    assert failures == {"message_over_limits": 1}
+    assert "dropped a message over the decode limits (223 bytes) from edge 7 (a test)" in caplog.text

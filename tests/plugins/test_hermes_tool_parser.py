@@ -89,3 +89,17 @@ def test_parses_of_prefixes_only_grow(pieces):
         for call, last in zip(parsed.calls, final.calls):
             assert call.name == last.name and last.arguments.startswith(call.arguments)
         previous = parsed
+
+
+@settings(max_examples=150, deadline=None)
+@given(PIECES, st.lists(st.integers(0, 12), max_size=40))
+def test_a_stream_reads_each_piece_once_and_answers_as_parsing_the_whole_text(pieces, cuts):
+    # The stream keeps what it has read; fed longer and longer prefixes (some the same
+    # length again) it must answer exactly what a parse of that prefix answers.
+    text = "".join(pieces)
+    stream = PARSER.stream()
+    length = 0
+    for step in cuts:
+        length = min(len(text), length + step)
+        assert stream.parse(text[:length], final=False) == PARSER.parse(text[:length], final=False)
+    assert stream.parse(text, final=True) == PARSER.parse(text, final=True)

@@ -24,3 +24,15 @@ def test_the_chosen_component_comes_with_the_plugin_that_registered_it():
 def test_a_choice_that_names_no_registration_has_no_plugin():
     context = ProcessContext.create(TercetConfig())
     assert context.chosen("linear_methods") is None and context.chosen_plugin_name("linear_methods") is None
+
+
+def test_the_serializer_keeps_the_configured_message_size():
+    import pytest
+
+    from tercet.errors import ConfigError
+
+    context = ProcessContext.create(TercetConfig().replace("ipc", max_message_bytes="1MiB"))
+    assert context.create_serializer().limits.max_bytes == 2**20
+    assert ProcessContext.create(TercetConfig()).message_registry.limits.max_bytes == 256 * 2**20
+    with pytest.raises(ConfigError, match="ipc.max_message_bytes must be at least 64KiB, got '1000'"):
+        ProcessContext.create(TercetConfig().replace("ipc", max_message_bytes="1000"))

@@ -3,7 +3,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tercet.tools.partial_json import scan_object, value_end
+from tercet.tools.partial_json import ObjectScanner, ValueEnd, scan_object, value_end
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
@@ -55,3 +55,17 @@ def test_every_prefix_agrees_with_the_whole(obj, compact):
             assert whole.members[key].text(text).startswith(span.text(prefix))
             if span.end is not None:
                 assert span.end == whole.members[key].end
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=4), st.booleans(), st.lists(st.integers(0, 9), max_size=30))
+def test_a_scanner_fed_a_growing_text_answers_as_scanning_it_whole(obj, compact, cuts):
+    text = json.dumps(obj, separators=(",", ":") if compact else None) + ' {"after": 1}'
+    scanner = ObjectScanner()
+    length = 0
+    for step in [*cuts, len(text)]:
+        length = min(len(text), length + step)
+        assert scanner.scan(text[:length]) == scan_object(text[:length])
+    # An escape cut in two: the escaped character arrives with the next piece.
+    value = ValueEnd(0)
+    assert value.find('"a\\') is None and value.find('"a\\"') is None and value.find('"a\\""') == 5
