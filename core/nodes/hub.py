@@ -119,6 +119,7 @@ class NodeHub:
             link = NodeLink(connection)
             # However slowly a peer trickles its bytes in, its connection ends when its time to join has.
             time_up = threading.Timer(JOIN_SECONDS, link.cut_off)
+            time_up.daemon = True  # a stranger's clock must not hold node 0's exit
             time_up.start()
             try:
                 node = self._admit(link)

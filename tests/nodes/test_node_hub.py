@@ -160,8 +160,12 @@ def read_all(connection: socket.socket) -> bytes:
     return received
 
 
-def test_joining_connections_are_capped_in_all_and_by_address(hub, monkeypatch):
-    idle = [socket.create_connection((hub.address.host, hub.address.port), timeout=30) for _ in range(10)]
+def connect_from(hub, source: str) -> socket.socket:
+    return socket.create_connection((hub.address.host, hub.address.port), timeout=30, source_address=(source, 0))
+
+
+def test_joining_connections_are_capped_by_address(hub):
+    idle = [connect_from(hub, "127.0.0.1") for _ in range(10)]
     try:
         # Held: those that got a challenge. The rest were closed unread.
         challenged = [connection for connection in idle if connection.recv(1)]
@@ -172,6 +176,17 @@ def test_joining_connections_are_capped_in_all_and_by_address(hub, monkeypatch):
         link, answer = join(hub)
         assert answer["kind"] == "welcome"
         link.close()
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_joining_connections_are_capped_in_all(hub):
+    # Loopback answers for all of 127/8: each of these is another address.
+    sources = [f"127.0.0.{host}" for host in range(2, 2 + MAX_JOINING // MAX_JOINING_PER_ADDRESS + 2)]
+    idle = [connect_from(hub, source) for source in sources for _ in range(MAX_JOINING_PER_ADDRESS)]
+    try:
+        assert sum(1 for connection in idle if connection.recv(1)) == MAX_JOINING
     finally:
         for connection in idle:
             connection.close()
