@@ -38,6 +38,10 @@ class HandshakeFailed(NodeLinkError):
     pass
 
 
+class NodeZeroBusy(HandshakeFailed):
+    """Node 0 closed the connection unread: as many connections as it holds at once are joining (try again)."""
+
+
 class LinkSeal:
     """Each message's HMAC, under the link's key, over its direction, its number and its bytes."""
 
@@ -101,10 +105,6 @@ def prove_to_node_zero(link: NodeLink, secret: str, timeout: float) -> None:
             f"{link.peer_address} could not prove it holds parallel.node_secret: it is not this server's node 0"
         )
     link.seal = LinkSeal(_mac(secret, SESSION, node_zero_nonce, node_nonce), TO_NODE_ZERO, FROM_NODE_ZERO)
-
-
-class NodeZeroBusy(HandshakeFailed):
-    """Node 0 closed the connection unread: as many connections as it holds at once are joining (try again)."""
 
 
 def connect_and_prove(address: DistInitAddr, secret: str, timeout: float) -> NodeLink:
