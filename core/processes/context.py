@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pluggy
 
 from tercet.config import TercetConfig, check_plugin_choices
+from tercet.ipc.channels import encrypt_tcp_endpoints
 from tercet.ipc.messages import MessageRegistry
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 
@@ -28,6 +29,8 @@ class ProcessContext:
 
     @classmethod
     def create(cls, config: TercetConfig, plugin_manager: pluggy.PluginManager | None = None) -> "ProcessContext":
+        # Across nodes (where the secret is required) every tcp endpoint is encrypted, in every process.
+        encrypt_tcp_endpoints(config.parallel.node_secret if config.parallel.nnodes > 1 else None)
         plugin_manager = plugin_manager or create_plugin_manager(disabled=config.disabled_plugins)
         registries = PluginRegistries.from_plugin_manager(plugin_manager)
         check_plugin_choices(config, registries)

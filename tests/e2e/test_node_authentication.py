@@ -23,7 +23,9 @@ import sys
 import time
 
 import psutil
+import zmq
 from two_nodes import FLOAT32, MEET_PORT, TIMEOUT, Node, needs_root
+from zmq.utils.monitor import recv_monitor_message
 
 from tercet.cli import build_parser, config_from_arguments
 from tercet.formats.default_model import resolve_model
@@ -111,6 +113,29 @@ def told_more_than_a_nonce(said: bytes) -> bool:
         not re.fullmatch("[0-9a-f]{64}", message["nonce"])
 
 
+def zmq_handshake_refused(endpoint: str) -> bool:
+    """From node 1's namespace: push a forged request to ``endpoint`` with plain ZeroMQ; True once the
+    endpoint has turned the connection away at the handshake (CURVE: no node secret, no way in),
+    False if it never did."""
+    context = zmq.Context()
+    try:
+        plain = context.socket(zmq.PUSH)
+        plain.linger = 0
+        monitor = plain.get_monitor_socket()
+        plain.connect(endpoint)
+        plain.send(b"\x92\xa3rid\xa6forged")
+        failed = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        deadline = time.monotonic() + TIMEOUT
+        refused = False
+        while not refused and monitor.poll(max(deadline - time.monotonic(), 0) * 1000):
+            refused = bool(recv_monitor_message(monitor)["event"] & failed)
+        plain.disable_monitor()
+        monitor.close(0)
+        return refused
+    finally:
+        context.destroy(0)
+
+
 def wait_until_listening(namespaces, node: Node) -> None:
     def reachable() -> bool:
         try:
@@ -164,6 +189,12 @@ def test_fake_joins_learn_nothing_and_node_0_keeps_serving(namespaces, tiny_llam
             assert len(zero.http("POST", "/generate", json=body).json()["output_ids"]) == 4
         assert [rank["rank"] for rank in zero.http("GET", "/get_server_info").json()["ranks"]] == [0, 1]
         assert "node-secret" not in zero.http("GET", "/get_server_info").text
+        # Node 0's own tcp endpoints are CURVE-encrypted: a plain ZeroMQ peer is turned away.
+        listed = zero.log().split("IPC endpoints:", 1)[1].split("\n", 1)[0]
+        # Those node 0 binds: the first rank's input (the second's is bound on node 1), the detokenizer's, its own.
+        endpoints = [re.search(rf"\b{name} (tcp://[\d.]+:\d+)", listed)[1]
+                     for name in ("scheduler", "detokenizer", "tokenizer")]
+        assert all(namespaces.call_in(1, zmq_handshake_refused, endpoint) for endpoint in endpoints)
         told = [answer for answer in said if told_more_than_a_nonce(answer)]
         print(f"{len(said)} fake joins and {NUM_IDLE_CONNECTIONS} idle connections: {len(told)} told more than "
               f"a nonce, {kept} idle ones held at once, {threads_held - threads_before} threads more")
