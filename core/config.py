@@ -224,8 +224,8 @@ def config_as_toml(config: TercetConfig) -> str:
             value = getattr(getattr(config, section), declared.name)
             if value is None:
                 lines.append(f"# {declared.name} = (not set)")
-            elif section == "server" and declared.name == "api_key":
-                lines.append(f'{declared.name} = "***"')
+            elif declared.metadata.get("secret"):
+                lines.append(f'{declared.name} = "{HIDDEN}"')
             else:
                 lines.append(f"{declared.name} = {_toml_value(value)}")
         lines.append("")
@@ -238,6 +238,20 @@ def config_as_toml(config: TercetConfig) -> str:
         lines.extend(f"{key} = {_toml_value(value)}" for key, value in options.items())
         lines.append("")
     return "\n".join(lines)
+
+
+# What a secret's value is shown as, wherever the config is shown.
+HIDDEN = "***"
+
+
+def config_shown(config: TercetConfig) -> dict[str, Any]:
+    """The config as a dict, with every secret (the API key, the node secret) hidden."""
+    shown = dataclasses.asdict(config)
+    for section, section_type in SECTIONS.items():
+        for declared in dataclasses.fields(section_type):
+            if declared.metadata.get("secret") and shown[section][declared.name] is not None:
+                shown[section][declared.name] = HIDDEN
+    return shown
 
 
 def _toml_value(value: Any) -> str:

@@ -69,7 +69,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = field(default=30000, metadata={"min": 0, "max": 65535})
     # Unset: no authentication. Set: never blank or a placeholder (see check_api_key).
-    api_key: str | None = field(default=None, metadata={"refuses_placeholders": True})
+    api_key: str | None = field(default=None, metadata={"refuses_placeholders": True, "secret": True})
     log_level: str = _choice("info", "debug", "info", "warning", "error")
     startup_timeout: float = _at_least(900.0, 1.0)
     # Seconds GET /health_generate waits for its one-token generation before answering 503.
@@ -162,6 +162,11 @@ class ParallelConfig:
     # Seconds a node waits for the others at start-up (node 0 for the rest to join,
     # the others to reach dist_init_addr) before failing.
     dist_init_timeout: float = _at_least(120.0, 1.0)
+    # What every node proves it holds before node 0 takes it, and node 0 proves back
+    # (tercet.nodes.handshake); needed with nnodes > 1, here or in node_secret_file.
+    node_secret: str | None = field(default=None, metadata={"secret": True})
+    # A file whose first line is node_secret: keeps it off command lines and out of config files.
+    node_secret_file: str | None = None
 
 
 @dataclass(frozen=True)

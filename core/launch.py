@@ -152,7 +152,7 @@ def open_node_hub(config: TercetConfig, topology: Topology, port_args: PortArgs,
     }
     hub = NodeHub(
         DistInitAddr.parse(config.parallel.dist_init_addr), topology, describe_rank(config), welcome, supervisor,
-        join_timeout=config.parallel.dist_init_timeout,
+        join_timeout=config.parallel.dist_init_timeout, secret=config.parallel.node_secret,
     )
     logger.info(
         "node 0 of %d: waiting at %s for nodes %s", topology.nnodes, config.parallel.dist_init_addr,

@@ -6,6 +6,7 @@ from tercet.config import (
     TercetConfig,
     check_plugin_choices,
     config_as_toml,
+    config_shown,
     load_config,
     parse_set_options,
 )
@@ -185,3 +186,13 @@ def test_a_disable_value_that_is_not_plugin_names_is_an_error(tmp_path):
     toml.write_text("[plugins]\ndisable = [1]\n")
     with pytest.raises(ConfigError, match="plugins.disable must be a list of plugin names"):
         load_config(str(toml), environ={})
+
+
+def test_secrets_are_hidden_wherever_the_config_is_shown():
+    config = load_config(environ={"TERCET_PARALLEL_NODE_SECRET": "a node secret of 24 chars"},
+                         overrides=parse_set_options(["server.api_key=s3cret"]))
+    assert config.parallel.node_secret == "a node secret of 24 chars"
+    shown = config_shown(config)
+    assert (shown["server"]["api_key"], shown["parallel"]["node_secret"]) == ("***", "***")
+    assert "a node secret" not in config_as_toml(config) and "s3cret" not in config_as_toml(config)
+    assert config_shown(TercetConfig())["parallel"]["node_secret"] is None

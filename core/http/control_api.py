@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from tercet.config import config_shown
 from tercet.errors import RequestError
 from tercet.field_checks import NumberRange, check_non_empty_text, check_text
 from tercet.http.errors import read_json_object
@@ -62,9 +62,7 @@ async def flush_cache(request: Request, tokenizer_manager) -> Response:
 
 async def get_server_info(request: Request, tokenizer_manager) -> Response:
     replies = await tokenizer_manager.control(GetInternalStateReq, mode="shared")
-    config = dataclasses.asdict(tokenizer_manager.context.config)
-    if config["server"]["api_key"] is not None:
-        config["server"]["api_key"] = "***"
+    config = config_shown(tokenizer_manager.context.config)
     return JSONResponse({
         "served_model_name": tokenizer_manager.served_model_name,
         "context_len": tokenizer_manager.context_len,

@@ -15,10 +15,21 @@ import zmq
 import zmq.asyncio
 
 from tercet.containment import ContainedFailures
+from tercet.ipc.curve import CurveKeys
 from tercet.ipc.decode_limits import MessageOverLimitsError
 from tercet.ipc.message_check import MalformedMessageError, check_message
 
 logger = logging.getLogger(__name__)
+
+# Set once per process when the server spans nodes (encrypt_tcp_endpoints): every tcp socket uses CURVE.
+_curve_keys: CurveKeys | None = None
+
+
+def encrypt_tcp_endpoints(node_secret: str | None) -> None:
+    """From now on, in this process, tcp endpoints use CURVE under keys derived from ``node_secret``
+    (:mod:`tercet.ipc.curve`); None: plain tcp, as on one host."""
+    global _curve_keys
+    _curve_keys = CurveKeys.from_node_secret(node_secret) if node_secret else None
 
 
 def _configure(socket: zmq.Socket) -> None:
@@ -31,6 +42,8 @@ def _configure(socket: zmq.Socket) -> None:
 
 def _attach(socket: zmq.Socket, endpoint: str, bind: bool) -> None:
     _configure(socket)
+    if _curve_keys is not None and endpoint.startswith("tcp://"):
+        _curve_keys.apply(socket, bind)
     if bind:
         socket.bind(endpoint)
     else:

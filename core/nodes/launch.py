@@ -2,8 +2,9 @@
 
 Node 0 is ``tercet serve`` as on one host, plus a listener at
 ``dist_init_addr`` (:mod:`tercet.nodes.hub`). Every other node runs only its
-share of the scheduler workers (:mod:`tercet.parallel.topology`): it joins node 0
-(:mod:`tercet.nodes.link`), starts its workers with the endpoints node 0
+share of the scheduler workers (:mod:`tercet.parallel.topology`): it proves it
+holds the node secret and joins node 0 (:mod:`tercet.nodes.handshake`,
+:mod:`tercet.nodes.link`), starts its workers with the endpoints node 0
 hands it, reports them ready, and then watches both ways: a worker of its own
 that dies is reported to node 0 (which stops the server), and a link to node
 0 that closes stops this node's workers. Its exit code is 0 only when node 0
@@ -23,7 +24,9 @@ from tercet.formats.default_model import resolve_model
 from tercet.ipc.port_args import PortArgs
 from tercet.ipc.runtime_dir import RuntimeDirWatcher, create_runtime_dir
 from tercet.nodes.address import DistInitAddr, pin_collectives_to
-from tercet.nodes.link import NodeLink, NodeLinkError, connect_to_node_zero
+from tercet.nodes.handshake import connect_and_prove
+from tercet.nodes.link import NodeLink, NodeLinkError
+from tercet.nodes.secret import read_node_secret
 from tercet.parallel.description import describe_rank
 from tercet.parallel.topology import Topology, scheduler_name
 from tercet.processes.context import configure_logging
@@ -38,9 +41,11 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def config_for_nodes(config: TercetConfig) -> TercetConfig:
-    """What serving over several nodes needs, derived alike on every node: endpoints other hosts can
-    reach (the tcp transport, on node 0's address, in place of the default ipc on loopback)."""
+    """What serving over several nodes needs, derived alike on every node: the node secret, read and
+    checked, and endpoints other hosts can reach (the tcp transport, on node 0's address, in place
+    of the default ipc on loopback)."""
     address = DistInitAddr.parse(config.parallel.dist_init_addr)
+    config = config.replace("parallel", node_secret=read_node_secret(config.parallel), node_secret_file=None)
     if config.parallel.node_rank >= config.parallel.nnodes:
         raise TercetError(
             f"parallel.node_rank = {config.parallel.node_rank} is not below parallel.nnodes = {config.parallel.nnodes}"
@@ -66,7 +71,7 @@ def serve_node(config: TercetConfig) -> int:
     topology = Topology.of(config)
     address = DistInitAddr.parse(config.parallel.dist_init_addr)
     try:
-        link = connect_to_node_zero(address, config.parallel.dist_init_timeout)
+        link = connect_and_prove(address, config.parallel.node_secret, config.parallel.dist_init_timeout)
     except NodeLinkError as error:
         logger.error("node %d: %s", node, error)
         return 1

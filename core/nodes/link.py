@@ -11,9 +11,9 @@ and keeps it for the server's life. It carries JSON objects, one per line:
 
 The connection itself is the liveness signal: a node whose launcher dies
 closes it (the kernel does, even on SIGKILL), and TCP keepalive notices a
-host that vanished without closing it within a few seconds. Anyone who can
-connect to ``dist_init_addr`` can join, as with torch.distributed's own
-rendezvous: keep it on a trusted network.
+host that vanished without closing it within a few seconds. Before any of
+these, both ends prove they hold the node secret (:mod:`tercet.nodes.handshake`),
+which then seals every message: a connection that cannot prove it is closed.
 """
 
 from __future__ import annotations
@@ -43,45 +43,59 @@ class NodeLink:
         _keep_alive(connection)
         self.connection = connection
         self.reader = connection.makefile("rb")
+        try:
+            # Kept: a peer that has gone has no address to ask for, yet errors name it.
+            self.peer_address = connection.getpeername()[0]
+        except OSError:
+            self.peer_address = "a peer already gone"
+        # Set by the handshake: from then on every message carries its HMAC (a LinkSeal).
+        self.seal = None
 
     @property
     def local_address(self) -> str:
         return self.connection.getsockname()[0]
 
-    @property
-    def peer_address(self) -> str:
-        return self.connection.getpeername()[0]
-
     def send(self, kind: str, **fields) -> None:
-        line = json.dumps({"kind": kind, **fields}, separators=(",", ":")) + "\n"
-        self.connection.sendall(line.encode())
+        body = json.dumps({"kind": kind, **fields}, separators=(",", ":")).encode()
+        self.connection.sendall((self.seal.seal(body) if self.seal else body) + b"\n")
 
-    def receive(self, timeout: float | None = None) -> dict | None:
+    def receive(self, timeout: float | None = None, max_bytes: int = MAX_LINE_BYTES) -> dict | None:
         """The next message, or None once the other side has closed (or the link broke)."""
         try:
             self.connection.settimeout(timeout)
-            line = self.reader.readline(MAX_LINE_BYTES + 1)
+            line = self.reader.readline(max_bytes + 1)
         except socket.timeout:
             raise NodeLinkError(f"no answer from {self.peer_address} within {timeout:g} s") from None
         except (OSError, ValueError):  # broken, or closed here (by a stop) while waiting
             return None
         if not line:
             return None
-        if len(line) > MAX_LINE_BYTES or not line.endswith(b"\n"):
-            raise NodeLinkError(f"a message from {self.peer_address} is over {MAX_LINE_BYTES} bytes")
+        if len(line) > max_bytes or not line.endswith(b"\n"):
+            raise NodeLinkError(f"a message from {self.peer_address} is over {max_bytes} bytes")
+        return self._message_in(line[:-1])
+
+    def _message_in(self, line: bytes) -> dict:
+        body = self.seal.open(line) if self.seal else line
+        if body is None:
+            raise NodeLinkError(f"a message from {self.peer_address} does not carry this link's HMAC: "
+                                "something else wrote on the connection")
         try:
-            message = json.loads(line)
-        except ValueError:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
             raise NodeLinkError(f"{self.peer_address} sent something that is not a node message") from None
         if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
             raise NodeLinkError(f"{self.peer_address} sent something that is not a node message")
         return message
 
-    def close(self) -> None:
+    def cut_off(self) -> None:
+        """End the connection both ways; a thread reading it sees it closed."""
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def close(self) -> None:
+        self.cut_off()
         self.reader.close()
         self.connection.close()
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import os
 
 # What may differ between ranks: a node's own place, where the checkpoint sits on its host (the
-# checkpoint itself is compared by size), and where HTTP listens (only node 0 listens).
-MAY_DIFFER = frozenset({"parallel.node_rank", "model.path", "server.host", "server.port"})
-# Compared by digest: descriptions cross the network between nodes.
+# checkpoint itself is compared by size), where HTTP listens (only node 0 listens), and the node
+# secret, which is never sent (nodes prove they hold it, tercet.nodes.handshake) nor where it is read from.
+MAY_DIFFER = frozenset({"parallel.node_rank", "model.path", "server.host", "server.port", "parallel.node_secret",
+                        "parallel.node_secret_file"})
+# Compared by digest: descriptions cross the network between nodes. Keyed by the node secret, so
+# that one overheard digest cannot be tried against guesses offline.
 SECRET = frozenset({"server.api_key"})
 
 
@@ -29,20 +33,28 @@ def describe_rank(config) -> dict[str, str | int | None]:
             description[section] = repr(values)
     for key in MAY_DIFFER:
         description.pop(key, None)
+    digest_key = (config.parallel.node_secret or "").encode()
     for key in SECRET:
         if key in description:
-            description[key] = "sha256:" + hashlib.sha256(description[key].encode()).hexdigest()[:16]
+            description[key] = "hmac-sha256:" + hmac.new(digest_key, description[key].encode(), hashlib.sha256).hexdigest()
     path = config.model.path
     description["checkpoint size"] = _size_of(path) if path else None
     return description
 
 
-def first_difference(reference: dict, other: dict) -> str | None:
-    """``"key: other's value against reference's"`` for the first key (in order) they differ on."""
+def first_differing_key(reference: dict, other: dict) -> str | None:
+    """The first key (in order) the two descriptions differ on."""
     for key in sorted(set(reference) | set(other)):
         if reference.get(key) != other.get(key):
-            return f"{key}: {other.get(key)} against {reference.get(key)}"
+            return key
     return None
+
+
+def first_difference(reference: dict, other: dict) -> str | None:
+    """``"key: other's value against reference's"`` for the first key (in order) they differ on: for a
+    process to say about its own group. Across nodes only the key is told (:func:`first_differing_key`)."""
+    key = first_differing_key(reference, other)
+    return None if key is None else f"{key}: {other.get(key)} against {reference.get(key)}"
 
 
 def _size_of(path: str) -> int | None:

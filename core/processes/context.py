@@ -17,6 +17,7 @@ import pluggy
 from tercet.byte_size import parse_byte_size
 from tercet.config import TercetConfig, check_plugin_choices
 from tercet.errors import ConfigError
+from tercet.ipc.channels import encrypt_tcp_endpoints
 from tercet.ipc.decode_limits import DecodeLimits
 from tercet.ipc.messages import MessageRegistry
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
@@ -31,6 +32,8 @@ class ProcessContext:
 
     @classmethod
     def create(cls, config: TercetConfig, plugin_manager: pluggy.PluginManager | None = None) -> "ProcessContext":
+        # Across nodes (where the secret is required) every tcp endpoint is encrypted, in every process.
+        encrypt_tcp_endpoints(config.parallel.node_secret if config.parallel.nnodes > 1 else None)
         plugin_manager = plugin_manager or create_plugin_manager(disabled=config.disabled_plugins)
         registries = PluginRegistries.from_plugin_manager(plugin_manager)
         check_plugin_choices(config, registries)

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from network_namespaces import NetworkNamespaces, can_create_namespaces
 
 E2E_DIR = Path(__file__).parent
 
@@ -25,3 +26,12 @@ def start_server(tercet_start_server):
 @pytest.fixture(scope="session")
 def tiny_server(tercet_tiny_server):
     return tercet_tiny_server
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    """Two network namespaces standing in for two hosts (tests/e2e/two_nodes.py), for one test module."""
+    if not can_create_namespaces():
+        pytest.fail("CI runs as root with iproute2, so the namespaces must be creatable here")
+    with NetworkNamespaces("nodes") as created:
+        yield created

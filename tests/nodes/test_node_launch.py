@@ -6,8 +6,12 @@ from tercet.errors import ConfigError, TercetError
 from tercet.nodes.launch import config_for_nodes
 
 
+SECRET = "a node secret of 24 chars"
+
+
 def nodes_config(**parallel) -> TercetConfig:
-    return TercetConfig().replace("parallel", **{"nnodes": 2, "dist_init_addr": "10.0.0.1:29500", **parallel})
+    settings = {"nnodes": 2, "dist_init_addr": "10.0.0.1:29500", "node_secret": SECRET, **parallel}
+    return TercetConfig().replace("parallel", **settings)
 
 
 def test_the_node_flags_set_the_parallel_section():
@@ -41,3 +45,16 @@ def test_the_workers_must_split_over_the_nodes():
 def test_nodes_need_a_meeting_address():
     with pytest.raises(ConfigError, match="needs parallel.dist_init_addr"):
         config_for_nodes(nodes_config(tp_size=2, dist_init_addr=None))
+
+
+def test_nodes_need_a_secret_and_are_told_how_to_make_one():
+    with pytest.raises(ConfigError, match=r"parallel.nnodes = 2 needs a node secret, so that only your nodes can join "
+                                          r"node 0: set parallel.node_secret_file .*openssl rand -hex 32"):
+        config_for_nodes(nodes_config(tp_size=2, node_secret=None))
+
+
+def test_the_secret_is_read_from_its_file_once(tmp_path):
+    secret_file = tmp_path / "node_secret"
+    secret_file.write_text(SECRET + "\n")
+    config = config_for_nodes(nodes_config(tp_size=2, node_secret=None, node_secret_file=str(secret_file)))
+    assert (config.parallel.node_secret, config.parallel.node_secret_file) == (SECRET, None)
