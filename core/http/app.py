@@ -46,11 +46,10 @@ BUILTIN_ROUTES: list[RouteSpec] = [
 ]
 # Built-in routes that need the child processes: once one died (and the server
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
+# /metrics is not one: it reads only what the API process holds.
 NEEDS_CHILDREN = frozenset(
     path
-    for path, _, _ in [
-        *openai_api.ROUTES, *embeddings_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES, *metrics_api.ROUTES
-    ]
+    for path, _, _ in [*openai_api.ROUTES, *embeddings_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES]
     if path not in openai_api.MODEL_PATHS
 )
 # Routes that generate text: on an encoder-only model they answer 400 before reading the body.
