@@ -16,9 +16,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
 from tercet.http import chat_page, control_api, embeddings_api, health, metrics_api, native_api, openai_api, openapi
+from tercet.http.browser_guard import BrowserGuard, HostNames
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
-from tercet.http.browser_guard import BrowserGuard, HostNames
 from tercet.model_abilities import ENCODER_CANNOT_GENERATE
 
 Endpoint = Callable[[Request, object], Awaitable[Response]]

@@ -52,7 +52,7 @@ class HostNames:
     any_name: bool = False
 
     @classmethod
-    def of_server(cls, bound_host: str, allowed: Iterable[str] = ()) -> "HostNames":
+    def of_server(cls, bound_host: str, allowed: Iterable[str] = ()) -> HostNames:
         """The bound host; localhost by every spelling when bound to loopback or to all
         interfaces (then this machine's own name too); and the ``allowed`` ones."""
         bound = _bare(bound_host)
@@ -75,7 +75,7 @@ class Authority:
     port: int | None
 
     @classmethod
-    def parse(cls, text: str) -> "Authority | None":
+    def parse(cls, text: str) -> Authority | None:
         """``Authority`` of ``host[:port]``, or None when it is not one."""
         try:
             parts = urlsplit("//" + text)

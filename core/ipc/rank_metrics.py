@@ -8,6 +8,7 @@ and never waits for a rank that is in the middle of a long step
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 
@@ -23,7 +24,7 @@ class HistogramCounts:
     def is_well_formed(self) -> bool:
         """One count per bound plus the +Inf one, never decreasing (a forged report may say anything)."""
         counts = self.cumulative
-        return len(counts) == len(self.buckets) + 1 and all(a <= b for a, b in zip(counts, counts[1:]))
+        return len(counts) == len(self.buckets) + 1 and all(a <= b for a, b in itertools.pairwise(counts))
 
 
 @dataclass(frozen=True)

@@ -48,10 +48,10 @@ from tercet.scheduler.embeddings import EmbeddingStep, send_embedding_outputs
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
+from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
 from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import send_outputs_contained
 from tercet.scheduler.radix_cache import RadixCache
-from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_queues import RequestQueues
 from tercet.scheduler.stop_conditions import StopConditions
