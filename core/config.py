@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 import typing
 from typing import Any, Mapping
@@ -192,21 +193,31 @@ def parse_text_value(declared: dataclasses.Field, section: str, key: str, text: 
     text = text.strip()
     if _is_optional(declared) and text.lower() in ("", "none", "null"):
         return None
+    parse = TEXT_PARSERS.get(kind)
+    if parse is None:
+        return text
     try:
-        if kind is bool:
-            lowered = text.lower()
-            if lowered in ("true", "1", "yes", "on"):
-                return True
-            if lowered in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
-        if kind is int:
-            return int(text)
-        if kind is float:
-            return float(text)
+        return parse(text)
     except ValueError:
         raise ConfigError(f"{origin}: {section}.{key} must be {TYPE_NAMES[kind]}, got {text!r}") from None
-    return text
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+TEXT_PARSERS = {
+    bool: _parse_bool,
+    int: int,
+    float: float,
+    # A list of strings: comma-separated on the command line and in the environment.
+    tuple: lambda text: tuple(item.strip() for item in text.split(",") if item.strip()),
+}
 
 
 def check_plugin_choices(config: TercetConfig, registries) -> None:
@@ -323,8 +334,23 @@ def _as_declared_type(declared: dataclasses.Field, value: Any, name: str) -> Any
         value = float(value)
     if declared.metadata.get("byte_size"):
         value = _byte_size_text(value, name)
+    if kind is tuple:
+        return _string_list(value, name, declared.metadata.get("items"))
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigError(f"{name} must be {TYPE_NAMES[kind]}, got {value!r}")
+    return value
+
+
+def _string_list(value: Any, name: str, items: tuple[str, str] | None) -> tuple[str, ...]:
+    """``value`` as a tuple of strings, each matching ``items`` (a pattern and what it means) when given."""
+    if not (isinstance(value, (list, tuple)) and all(isinstance(item, str) and item.strip() for item in value)):
+        raise ConfigError(f"{name} must be {TYPE_NAMES[tuple]}, got {value!r}")
+    value = tuple(item.strip() for item in value)
+    if items is not None:
+        pattern, meaning = items
+        for item in value:
+            if not re.fullmatch(pattern, item):
+                raise ConfigError(f"{name}: {item!r} is not {meaning}")
     return value
 
 
@@ -343,7 +369,8 @@ def _check_bounds(metadata: Mapping[str, Any], value: Any, name: str) -> None:
         raise ConfigError(f"{name} must be at most {metadata['max']}, got {value!r}")
 
 
-TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+              tuple: "a list of non-empty strings"}
 _TYPE_HINTS: dict[type, dict[str, Any]] = {}
 
 
@@ -362,5 +389,7 @@ def _is_optional(declared: dataclasses.Field) -> bool:
 
 def _base_type(declared: dataclasses.Field) -> type:
     hint = _hint(declared)
+    if typing.get_origin(hint) is tuple:  # tuple[str, ...]: the one kind of list a section declares
+        return tuple
     arguments = [a for a in typing.get_args(hint) if a is not type(None)]
     return arguments[0] if arguments else hint

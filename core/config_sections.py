@@ -20,6 +20,12 @@ def _at_least(default, minimum):
     return field(default=default, metadata={"min": minimum})
 
 
+# What server.allowed_origins and server.allowed_hosts hold, item by item.
+ORIGIN_PATTERN = r"\*|https?://[^/\s?#@]+"
+ORIGIN_MEANING = 'an origin such as "https://app.example.com" (scheme, host and port only) or "*"'
+HOST_PATTERN = r"\*|[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]"
+HOST_MEANING = 'a host name such as "api.example.com" (no port) or "*"'
+
 # The weight and KV dtypes a model runs in (torch's names); "auto" picks one by device.
 DTYPE_NAMES = ("float32", "bfloat16")
 
@@ -70,6 +76,14 @@ class ServerConfig:
     port: int = field(default=30000, metadata={"min": 0, "max": 65535})
     # Unset: no authentication. Set: never blank or a placeholder (see check_api_key).
     api_key: str | None = field(default=None, metadata={"refuses_placeholders": True, "secret": True})
+    # Browser pages of other sites may call the server only from these origins
+    # ("https://app.example.com"; "*": any). A request whose Origin header names
+    # another origin is refused with 403 (tercet.http.browser_guard).
+    allowed_origins: tuple[str, ...] = field(default=(), metadata={"items": (ORIGIN_PATTERN, ORIGIN_MEANING)})
+    # Host names a request may be addressed to besides the server's own (the bound
+    # host; localhost when bound to loopback or all interfaces; any IP address).
+    # "*": any name, which turns the DNS-rebinding check off.
+    allowed_hosts: tuple[str, ...] = field(default=(), metadata={"items": (HOST_PATTERN, HOST_MEANING)})
     log_level: str = _choice("info", "debug", "info", "warning", "error")
     startup_timeout: float = _at_least(900.0, 1.0)
     # Seconds GET /health_generate waits for its one-token generation before answering 503.

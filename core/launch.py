@@ -179,6 +179,9 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
         extra_routes=collect_pairs(context.plugin_manager, "register_http_routes"),
         health_generate_timeout=config.server.health_generate_timeout,
         max_request_body_bytes=config.server.max_request_body_bytes,
+        bound_host=config.server.host,
+        allowed_origins=config.server.allowed_origins,
+        allowed_hosts=config.server.allowed_hosts,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -196,3 +196,36 @@ def test_secrets_are_hidden_wherever_the_config_is_shown():
     assert (shown["server"]["api_key"], shown["parallel"]["node_secret"]) == ("***", "***")
     assert "a node secret" not in config_as_toml(config) and "s3cret" not in config_as_toml(config)
     assert config_shown(TercetConfig())["parallel"]["node_secret"] is None
+
+
+def test_allowed_origins_and_hosts_are_lists_from_every_layer(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text('[server]\nallowed_origins = ["https://app.example.com", "http://localhost:5173"]\n')
+    from_file = load_config(str(toml), environ={})
+    assert from_file.server.allowed_origins == ("https://app.example.com", "http://localhost:5173")
+    assert from_file.server.allowed_hosts == ()
+    from_environment = load_config(environ={"TERCET_SERVER_ALLOWED_HOSTS": "api.example.com, [::2]"})
+    assert from_environment.server.allowed_hosts == ("api.example.com", "[::2]")
+    assert load_config(environ={}, overrides=parse_set_options(["server.allowed_origins=*"])).server.allowed_origins == (
+        "*",
+    )
+    shown = tmp_path / "shown.toml"
+    shown.write_text(config_as_toml(from_file))
+    assert load_config(str(shown), environ={}) == from_file
+
+
+@pytest.mark.parametrize("assignment, named", [
+    ("server.allowed_origins=app.example.com", "'app.example.com' is not an origin"),
+    ("server.allowed_origins=https://app.example.com/path", "is not an origin"),
+    ("server.allowed_hosts=api.example.com:443", "'api.example.com:443' is not a host name"),
+])
+def test_a_bad_allowed_origin_or_host_is_named(assignment, named):
+    with pytest.raises(ConfigError, match=named):
+        load_config(environ={}, overrides=parse_set_options([assignment]))
+
+
+def test_an_allowed_origins_value_that_is_not_a_list_of_strings_is_an_error(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text('[server]\nallowed_origins = "https://app.example.com"\n')
+    with pytest.raises(ConfigError, match="server.allowed_origins must be a list of non-empty strings"):
+        load_config(str(toml), environ={})

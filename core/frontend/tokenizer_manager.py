@@ -42,6 +42,7 @@ from tercet.ipc.messages import (
     FinishReason,
     choice_rid,
 )
+from tercet.ipc.rank_metrics import RankMetricsReport
 from tercet.metrics.serving_metrics import ServingMetrics
 from tercet.metrics.stage_timer import stage_timer
 from tercet.model_abilities import ENCODER_CANNOT_GENERATE, ModelAbilities
@@ -79,7 +80,7 @@ class TokenizerManager(EmbeddingRequests):
         # This process's contained failures, and those the detokenizer reports (it logs its own).
         self.failures = ContainedFailures("server", logger)
         # What /metrics publishes of the requests (observed here, as their outputs arrive).
-        self.metrics = ServingMetrics(served_model_name)
+        self.metrics = ServingMetrics(served_model_name, self.router.num_ranks, context_len)
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.detokenizer_failures = ContainedFailures("detokenizer", logger)
@@ -90,6 +91,7 @@ class TokenizerManager(EmbeddingRequests):
             (BatchEmbeddingOutput, self.handle_batch_embedding_output),
             (ControlReply, self.handle_control_reply),
             (ContainedFailureReport, self.handle_contained_failure_report),
+            (RankMetricsReport, self.handle_rank_metrics_report),
             *self.io.plugin_handlers(lambda: self),
         ])
         self.unhealthy_reason: str | None = None
@@ -313,6 +315,12 @@ class TokenizerManager(EmbeddingRequests):
                 state.out_list.append(GenerateOutput(rid, "", [], finish, 0, 0, index=state.index))
                 state.finished = True
                 state.event.set()
+
+    def handle_rank_metrics_report(self, report: RankMetricsReport) -> None:
+        """A rank's figures for /metrics (tercet.scheduler.metrics_reporter): kept until its next report."""
+        if not self.metrics.ranks.reported(report):  # no rank of this server sends that: a confused sender
+            self.failures.count("unhandled_message")
+            logger.error("dropped a metrics report for rank %r with malformed figures or no such rank", report.rank)
 
     def handle_contained_failure_report(self, report: ContainedFailureReport) -> None:
         if report.component == "detokenizer":

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -15,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
 from tercet.http import chat_page, control_api, embeddings_api, health, metrics_api, native_api, openai_api, openapi
+from tercet.http.browser_guard import BrowserGuard, HostNames
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
 from tercet.model_abilities import ENCODER_CANNOT_GENERATE
@@ -28,6 +30,8 @@ UNAUTHENTICATED_PATHS = health.PATHS | {chat_page.PATH}
 # Not a real HTTP status: nginx's "client closed request", for logs only.
 CLIENT_CLOSED_REQUEST = 499
 DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
+# How long a browser may reuse an allowed origin's preflight answer.
+CORS_MAX_AGE_SECONDS = 600
 
 
 BUILTIN_ROUTES: list[RouteSpec] = [
@@ -42,11 +46,10 @@ BUILTIN_ROUTES: list[RouteSpec] = [
 ]
 # Built-in routes that need the child processes: once one died (and the server
 # stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
+# /metrics is not one: it reads only what the API process holds.
 NEEDS_CHILDREN = frozenset(
     path
-    for path, _, _ in [
-        *openai_api.ROUTES, *embeddings_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES, *metrics_api.ROUTES
-    ]
+    for path, _, _ in [*openai_api.ROUTES, *embeddings_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES]
     if path not in openai_api.MODEL_PATHS
 )
 # Routes that generate text: on an encoder-only model they answer 400 before reading the body.
@@ -59,6 +62,9 @@ def create_app(
     extra_routes: Iterable[RouteSpec] = (),
     health_generate_timeout: float = DEFAULT_HEALTH_GENERATE_TIMEOUT,
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
+    bound_host: str = "127.0.0.1",
+    allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
 ) -> Starlette:
     """Build the API server's app.
 
@@ -66,7 +72,10 @@ def create_app(
     ``register_http_routes``; ``endpoint(request, tokenizer_manager)`` returns a
     starlette response. Built-in routes win over a plugin route with the same path.
     ``health_generate_timeout`` bounds ``GET /health_generate``'s generation, in seconds;
-    a request body over ``max_request_body_bytes`` is refused with 413.
+    a request body over ``max_request_body_bytes`` is refused with 413. Requests from
+    other sites' pages, or addressed to a name that is not the server's (``bound_host``'s),
+    are refused with 403 unless ``allowed_origins`` / ``allowed_hosts`` allow them
+    (:mod:`tercet.http.browser_guard`), and so is a body that is not JSON (415).
     """
     routes = [
         Route(path, _bind(endpoint, tokenizer_manager, path in NEEDS_CHILDREN, path in GENERATION_PATHS),
@@ -76,12 +85,27 @@ def create_app(
         Route(path, _bind(endpoint, tokenizer_manager), methods=methods, name=endpoint.__name__)
         for path, endpoint, methods in extra_routes
     ]
-    middleware = [Middleware(BearerTokenAuth, api_key=api_key)] if api_key else []
-    middleware.append(Middleware(RequestBodyLimit, max_bytes=max_request_body_bytes))
+    middleware = [
+        *_browser_middleware(bound_host, allowed_origins, allowed_hosts),
+        *([Middleware(BearerTokenAuth, api_key=api_key)] if api_key else []),
+        Middleware(RequestBodyLimit, max_bytes=max_request_body_bytes),
+    ]
     exception_handlers = {HTTPException: _http_exception, Exception: _unhandled_exception}
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers)
     app.state.health_generate_probe = HealthGenerateProbe(tokenizer_manager, health_generate_timeout)
     return app
+
+
+def _browser_middleware(bound_host: str, allowed_origins: Sequence[str], allowed_hosts: Sequence[str]) -> list:
+    """The browser guard, then (for the origins allowed) CORS headers, outside the API key
+    check: a browser's preflight carries no key."""
+    guard = Middleware(BrowserGuard, host_names=HostNames.of_server(bound_host, allowed_hosts),
+                       allowed_origins=allowed_origins, host_check_exempt=health.PATHS)
+    if not allowed_origins:
+        return [guard]
+    cors = Middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["GET", "POST"],
+                      allow_headers=["*"], max_age=CORS_MAX_AGE_SECONDS)
+    return [guard, cors]
 
 
 def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False,

@@ -1,8 +1,8 @@
 """``GET /metrics``: the Prometheus text exposition of :mod:`tercet.metrics.serving_metrics`.
 
-Each scrape asks every rank for its figures (running and waiting requests, KV
-usage, prefix-cache counts, queue times), as ``/get_server_info`` does, and
-publishes them with the request metrics the API process keeps.
+The request metrics the API process keeps, and each rank's figures as its latest
+report gave them (the ranks send them between steps, unasked): a scrape reads
+only what this process holds, so it never waits on a rank's step.
 """
 
 from __future__ import annotations
@@ -11,14 +11,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tercet.ipc.control_messages import GetInternalStateReq
-
 
 async def metrics(request: Request, tokenizer_manager) -> Response:
-    replies = await tokenizer_manager.control(GetInternalStateReq, mode="shared")
-    serving_metrics = tokenizer_manager.metrics
-    serving_metrics.ranks.latest = [reply.data for reply in replies if reply.ok]
-    return Response(generate_latest(serving_metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(tokenizer_manager.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 ROUTES = [("/metrics", metrics, ["GET"])]

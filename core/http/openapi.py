@@ -39,7 +39,7 @@ def _json(schema: dict, description: str) -> dict:
 
 def _responses(ok: dict, *errors: str) -> dict:
     responses = {"200": ok}
-    for status in errors:
+    for status in ("403", *errors):  # any route refuses other sites' pages (tercet.http.browser_guard)
         responses[status] = _json(ERROR_REF, ERROR_DESCRIPTIONS[status])
     return responses
 
@@ -47,9 +47,12 @@ def _responses(ok: dict, *errors: str) -> dict:
 ERROR_DESCRIPTIONS = {
     "400": "invalid body or field, or a feature tercet lacks",
     "401": "missing or wrong API key",
+    "403": "another site's page (Origin), or a name that is not the server's (Host): server.allowed_origins, "
+           "server.allowed_hosts",
     "404": "unknown model",
     "409": "conflicts with the server's state",
     "413": "the request body is over server.max_request_body_bytes",
+    "415": "a body not sent as Content-Type: application/json",
     "429": "the server is at capacity",
     "500": "an unexpected failure",
     "503": "the server cannot serve now",
@@ -75,6 +78,7 @@ def _operation(operation_id: str, summary: str, responses: dict, body: dict | No
     operation = {"operationId": operation_id, "summary": summary, "responses": responses}
     if body is not None:
         operation["requestBody"] = body
+        responses["415"] = _json(ERROR_REF, ERROR_DESCRIPTIONS["415"])
     return operation
 
 

@@ -3,7 +3,8 @@
 edge 1  TokenizerManager -> Scheduler       TokenizedGenerateReq, TokenizedEmbeddingReq, AbortReq
 edge 2  Scheduler -> DetokenizerManager     BatchTokenIDOutput, BatchEmbeddingOutput
 edge 3  DetokenizerManager -> TokenizerManager  BatchStrOutput, BatchEmbeddingOutput (passed on as it
-        came: an embedding has no text), ContainedFailureReport
+        came: an embedding has no text), ContainedFailureReport; from each scheduler,
+        RankMetricsReport (tercet.ipc.rank_metrics)
 
 Batches are columns (one list per field) so one message carries a whole step.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from tercet.containment import INTERNAL_FAILURE_STATUS, internal_failure_message
 from tercet.errors import TercetError
 from tercet.ipc.decode_limits import DEFAULT_DECODE_LIMITS, DecodeLimits
+from tercet.ipc.rank_metrics import RANK_METRICS_MESSAGE_TYPES
 from tercet.sampling_params import SamplingParams
 
 
@@ -207,6 +209,7 @@ CORE_MESSAGE_TYPES = {
     "tercet.tokenized_embedding_req": TokenizedEmbeddingReq,
     "tercet.batch_embedding_output": BatchEmbeddingOutput,
     "tercet.contained_failure_report": ContainedFailureReport,
+    **RANK_METRICS_MESSAGE_TYPES,
 }
 
 

@@ -6,20 +6,21 @@ rank is meant):
 
 - ``tercet:request_success_total{finished_reason}``: completions that ended, by reason
   (``stop``, ``length``, ``abort``);
-- ``tercet:prompt_tokens_total``, ``tercet:generation_tokens_total``;
+- ``tercet:prompt_tokens_total``, ``tercet:generation_tokens_total``, and per completion
+  the histograms ``tercet:request_prompt_tokens`` and ``tercet:request_generation_tokens``;
 - histograms ``tercet:time_to_first_token_seconds``, ``tercet:inter_token_latency_seconds``
-  (per output token), ``tercet:e2e_request_latency_seconds`` and
-  ``tercet:request_queue_time_seconds`` (arrival at the scheduler to first admission);
-- gauges ``tercet:num_requests_running``, ``tercet:num_requests_waiting``,
-  ``tercet:kv_cache_usage_perc`` (0..1), ``tercet:prefix_cache_hit_rate`` (0..1, of the
-  prompt tokens admitted), and counters ``tercet:prefix_cache_queries_total`` /
-  ``tercet:prefix_cache_hits_total`` (prompt tokens, and those the cache held).
+  (per output token) and ``tercet:e2e_request_latency_seconds``;
+- each rank's figures (:mod:`tercet.metrics.rank_collector`): requests running and waiting,
+  KV usage, the prefix cache, preemptions, queue, prefill and decode times, the cache's
+  configuration;
+- the API process's own ``process_*`` (CPU, memory, open files), ``python_info`` and
+  ``python_gc_*``.
 
 The request figures are observed here, in the API process, as outputs arrive
 (a few additions per output piece; the scheduler's step does not see them).
-The rank figures, queue times included, are asked of every rank when
-``/metrics`` is scraped, so no metric is shared between processes and
-``prometheus_client``'s multi-process mode is not needed.
+The rank figures are the latest each rank sent of itself, so a scrape never waits
+on a rank, no metric is shared between processes and ``prometheus_client``'s
+multi-process mode is not needed.
 """
 
 from __future__ import annotations
@@ -27,14 +28,25 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, Counter, GCCollector, Histogram, PlatformCollector, ProcessCollector
 
 from tercet.metrics.latency_histogram import LATENCY_BUCKETS
+from tercet.metrics.rank_collector import LABELS, PREFIX, RankCollector
 
-PREFIX = "tercet:"
 # Inter-token latencies are milliseconds; the latency buckets start at one.
 TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+DEFAULT_MAX_TOKENS_BUCKET = 1 << 20
+
+
+def token_count_buckets(largest: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, … up to the first at or past ``largest`` (the context length)."""
+    buckets, scale = [], 1
+    while True:
+        for step in (1, 2, 5):
+            buckets.append(step * scale)
+            if buckets[-1] >= largest:
+                return tuple(buckets)
+        scale *= 10
 
 
 @dataclass
@@ -46,27 +58,39 @@ class _InFlight:
 
 
 class ServingMetrics:
-    def __init__(self, model_name: str):
+    """``num_ranks``: data-parallel ranks whose reports are taken; ``context_len`` bounds the token histograms."""
+
+    def __init__(self, model_name: str, num_ranks: int = 1, context_len: int = DEFAULT_MAX_TOKENS_BUCKET):
         self.model_name = model_name
         self.registry = CollectorRegistry(auto_describe=True)
-        labels = ["model_name", "dp_rank"]
-        self.finished = Counter(f"{PREFIX}request_success", "Completions that ended, by finish reason",
-                                [*labels, "finished_reason"], registry=self.registry)
-        self.prompt_tokens = Counter(f"{PREFIX}prompt_tokens", "Prompt tokens of finished completions", labels,
-                                     registry=self.registry)
-        self.generation_tokens = Counter(f"{PREFIX}generation_tokens", "Generated tokens", labels,
-                                         registry=self.registry)
-        self.time_to_first_token = Histogram(f"{PREFIX}time_to_first_token_seconds", "Request to first token",
-                                             labels, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.inter_token_latency = Histogram(f"{PREFIX}inter_token_latency_seconds", "Between output tokens",
-                                             labels, buckets=TOKEN_LATENCY_BUCKETS, registry=self.registry)
-        self.e2e_latency = Histogram(f"{PREFIX}e2e_request_latency_seconds", "Request to its last token",
-                                     labels, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.embedding_inputs = Counter(f"{PREFIX}embedding_inputs", "Inputs of /v1/embeddings that ended, by outcome",
-                                        [*labels, "outcome"], registry=self.registry)
-        self.ranks = RankCollector(model_name)
+        self._add_request_metrics(token_count_buckets(context_len))
+        self.ranks = RankCollector(model_name, num_ranks)
         self.registry.register(self.ranks)
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=self.registry)
         self.in_flight: dict[str, _InFlight] = {}
+
+    def _add_request_metrics(self, token_buckets: tuple[int, ...]) -> None:
+        def counter(name, help_text, labels=LABELS):
+            return Counter(PREFIX + name, help_text, labels, registry=self.registry)
+
+        def histogram(name, help_text, buckets):
+            return Histogram(PREFIX + name, help_text, LABELS, buckets=buckets, registry=self.registry)
+
+        self.finished = counter("request_success", "Completions that ended, by finish reason",
+                                [*LABELS, "finished_reason"])
+        self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of finished completions")
+        self.generation_tokens = counter("generation_tokens", "Generated tokens")
+        self.embedding_inputs = counter("embedding_inputs", "Inputs of /v1/embeddings that ended, by outcome",
+                                        [*LABELS, "outcome"])
+        self.time_to_first_token = histogram("time_to_first_token_seconds", "Request to first token", LATENCY_BUCKETS)
+        self.inter_token_latency = histogram("inter_token_latency_seconds", "Between output tokens",
+                                             TOKEN_LATENCY_BUCKETS)
+        self.e2e_latency = histogram("e2e_request_latency_seconds", "Request to its last token", LATENCY_BUCKETS)
+        self.request_prompt_tokens = histogram("request_prompt_tokens", "Prompt tokens of each finished completion",
+                                               token_buckets)
+        self.request_generation_tokens = histogram("request_generation_tokens",
+                                                   "Tokens each finished completion generated", token_buckets)
 
     # -- what the TokenizerManager tells ----------------------------------------
 
@@ -98,6 +122,8 @@ class ServingMetrics:
             self.e2e_latency.labels(*labels).observe(now - request.started)
             self.finished.labels(*labels, finish_reason.kind.value).inc()
             self.prompt_tokens.labels(*labels).inc(prompt_tokens)
+            self.request_prompt_tokens.labels(*labels).observe(prompt_tokens)
+            self.request_generation_tokens.labels(*labels).observe(request.num_tokens)
             del self.in_flight[rid]
 
     def embedded(self, rid: str, prompt_tokens: int, refused: bool) -> None:
@@ -115,41 +141,3 @@ class ServingMetrics:
         request = self.in_flight.pop(rid, None)
         if request is not None:
             self.embedding_inputs.labels(self.model_name, request.rank, "aborted").inc()
-
-
-
-class RankCollector:
-    """The ranks' own figures, as their last answer to ``GetInternalStateReq`` gave them."""
-
-    def __init__(self, model_name: str):
-        self.model_name = model_name
-        self.latest: list[dict] = []
-
-    def describe(self):
-        return []  # the series depend on the ranks' answers
-
-    def collect(self):
-        labels = ["model_name", "dp_rank"]
-        running = GaugeMetricFamily(f"{PREFIX}num_requests_running", "Completions in the running batch", labels=labels)
-        waiting = GaugeMetricFamily(f"{PREFIX}num_requests_waiting", "Completions waiting to be admitted", labels=labels)
-        kv_usage = GaugeMetricFamily(f"{PREFIX}kv_cache_usage_perc", "KV pages in use, 0 to 1", labels=labels)
-        hit_rate = GaugeMetricFamily(f"{PREFIX}prefix_cache_hit_rate", "Prompt tokens from the prefix cache, 0 to 1",
-                                     labels=labels)
-        queries = CounterMetricFamily(f"{PREFIX}prefix_cache_queries", "Prompt tokens admitted", labels=labels)
-        hits = CounterMetricFamily(f"{PREFIX}prefix_cache_hits", "Prompt tokens the prefix cache held", labels=labels)
-        queue = HistogramMetricFamily(f"{PREFIX}request_queue_time_seconds", "Arrival to first admission",
-                                      labels=labels)
-        for rank in self.latest:
-            values = [self.model_name, str(rank["rank"])]
-            running.add_metric(values, rank["num_running_requests"])
-            waiting.add_metric(values, rank["num_waiting_requests"])
-            kv_usage.add_metric(values, rank["kv_usage"])
-            admitted, cached = rank["prompt_tokens_admitted"], rank["prompt_tokens_from_cache"]
-            hit_rate.add_metric(values, cached / admitted if admitted else 0.0)
-            queries.add_metric(values, admitted)
-            hits.add_metric(values, cached)
-            histogram = rank.get("queue_time")
-            if histogram:
-                bounds = [*map(str, histogram["buckets"]), "+Inf"]
-                queue.add_metric(values, list(zip(bounds, histogram["cumulative"])), histogram["sum"])
-        yield from (running, waiting, kv_usage, hit_rate, queries, hits, queue)

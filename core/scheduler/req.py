@@ -31,8 +31,11 @@ class Req:
     tenant: str | None = None
     # The seed of this completion (the n completions of a prompt each get their own).
     seed: int = 0
-    # When the scheduler received it (time.monotonic), for the queue-time histogram.
+    # When the scheduler received it, first admitted it and sent its first output token
+    # (time.monotonic), for the queue, prefill and decode time histograms (tercet.scheduler.request_times).
     arrived_at: float = field(default_factory=time.monotonic)
+    admitted_at: float | None = None
+    first_token_at: float | None = None
     output_ids: list[int] = field(default_factory=list)
     # Moved only by RequestQueues (see tercet.scheduler.request_status).
     status: RequestStatus = RequestStatus.NEW

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 from tercet.ipc.messages import FinishReason
-from tercet.metrics.latency_histogram import LatencyHistogram
 from tercet.scheduler.req import EmbeddingReq, Req
 from tercet.scheduler.request_status import RequestStatus
+from tercet.scheduler.request_times import RequestTimes
 
 if TYPE_CHECKING:
     from tercet.scheduler.kv_memory import RequestKVMemory
@@ -52,8 +51,8 @@ class RequestQueues:
         # Finished requests whose last output has not been sent yet.
         self._finished_unsent: list[Req] = []
         self._arrival_counter = itertools.count()
-        # Seconds from arrival to first admission, of every completion (published at /metrics).
-        self.queue_times = LatencyHistogram()
+        # Seconds each completion spent waiting, prefilling and decoding (published at /metrics).
+        self.times = RequestTimes()
         self._num_retractions = 0
         self._num_prompt_tokens_admitted = 0
         self._num_prompt_tokens_from_cache = 0
@@ -148,9 +147,7 @@ class RequestQueues:
             self._become(req, RUNNING)
             self._running.append(req)
         if leader.num_retractions == 0:
-            waited = time.monotonic() - leader.arrived_at
-            for req in leader.group:
-                self.queue_times.observe(waited)
+            self.times.admitted(leader.group)
             self._num_prompt_tokens_admitted += len(leader.input_ids)
             self._num_prompt_tokens_from_cache += leader.num_prefix_cache_hits or 0
 
@@ -226,6 +223,7 @@ class RequestQueues:
         ready = [req for req in self._running if len(req.output_ids) > req.num_sent_tokens]
         ready += self._finished_unsent
         self._finished_unsent = []
+        self.times.sent(ready)
         return ready
 
     def enqueue_embedding(self, req: EmbeddingReq) -> None:

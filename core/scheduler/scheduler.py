@@ -48,6 +48,7 @@ from tercet.scheduler.embeddings import EmbeddingStep, send_embedding_outputs
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
+from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
 from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import send_outputs_contained
 from tercet.scheduler.radix_cache import RadixCache
@@ -111,6 +112,11 @@ class Scheduler:
         self._open_edges(port_args)
         self.io.set_handlers(self._message_handlers())
         self.waiting_is_stuck = False
+        # The rank's figures for /metrics, sent between steps without being asked.
+        self.metrics_reporter = RankMetricsReporter(
+            lambda: report_of(self.control_target.stats(), self.prefix_cache is not None),
+            self.sender_to_tokenizer.send, self.failures,
+        )
 
     def _contained_policy(self, context: ProcessContext) -> ContainedPolicy:
         """The policy ``[scheduler] policy`` chooses, bypassed for a step when it fails."""
@@ -177,6 +183,7 @@ class Scheduler:
             idle = self.is_idle
             if idle:
                 self.heartbeat.rest()
+            self.metrics_reporter.between_steps(resting=idle)
             self.receive_and_dispatch(block=idle)
             self.heartbeat.beat()
             if self.cpu_threads is not None:

@@ -33,8 +33,14 @@ class SchedulerStats:
     prompt_tokens_from_cache: int
     num_retractions: int
     is_paused: bool
-    # Seconds from arrival to first admission: LatencyHistogram.as_dict() (empty when not given).
+    # Of the prefix cache's tokens, those of pages no running request uses: evictable,
+    # freed on demand, so as good as free (a default: plugins built these before it came).
+    kv_evictable_tokens: int = 0
+    # Seconds from arrival to first admission, from first admission to the first output
+    # token, and from there to the finish: LatencyHistogram.as_dict() each (empty when not given).
     queue_time: dict = field(default_factory=dict)
+    prefill_time: dict = field(default_factory=dict)
+    decode_time: dict = field(default_factory=dict)
 
     @property
     def kv_usage(self) -> float:
@@ -54,9 +60,12 @@ class SchedulerStats:
             kv_used_tokens=(allocator.num_total - allocator.num_free) * page_size,
             kv_total_tokens=kv_memory.capacity_tokens,
             prefix_cache_tokens=cache.num_cached_pages * page_size if cache else 0,
+            kv_evictable_tokens=cache.num_evictable_pages * page_size if cache else 0,
             prompt_tokens_admitted=queues.num_prompt_tokens_admitted,
             prompt_tokens_from_cache=queues.num_prompt_tokens_from_cache,
             num_retractions=queues.num_retractions,
             is_paused=queues.is_paused,
-            queue_time=queues.queue_times.as_dict(),
+            queue_time=queues.times.queue.as_dict(),
+            prefill_time=queues.times.prefill.as_dict(),
+            decode_time=queues.times.decode.as_dict(),
         )

@@ -151,7 +151,8 @@ def route_client(tokenizer_manager):
     from tercet.http.app import create_app
 
     routes = collect_pairs(create_plugin_manager(), "register_http_routes")
-    return TestClient(create_app(tokenizer_manager, extra_routes=routes))
+    # localhost: the app refuses names that are not the server's, TestClient's own "testserver" too.
+    return TestClient(create_app(tokenizer_manager, extra_routes=routes), base_url="http://localhost")
 
 
 def test_the_route_lists_every_rank_and_sums_them(kv_stats_installed):

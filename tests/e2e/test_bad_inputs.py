@@ -24,6 +24,7 @@ SURROGATE = "\ud800"  # what JSON's "\ud800" decodes to: UTF-8 (and so msgpack) 
 DEEP = 100_000
 TIMEOUT = 60
 ERROR_KEYS = {"message", "type", "param", "code"}
+JSON_TYPE = {"content-type": "application/json"}  # as every JSON client sends (a body without it is a 415)
 MAX_PROMPTS = ServerConfig().max_prompts_per_request  # the default the servers here run with
 
 
@@ -208,13 +209,13 @@ def assert_openai_error(response: httpx.Response, case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_a_bad_input_is_a_4xx_in_openai_shape(server, case):
-    response = httpx.post(server.base_url + case.route, content=case.content, timeout=TIMEOUT)
+    response = httpx.post(server.base_url + case.route, content=case.content, headers=JSON_TYPE, timeout=TIMEOUT)
     assert_openai_error(response, case)
 
 
 @pytest.mark.parametrize("case", ACCEPTED, ids=str)
 def test_an_odd_but_valid_input_is_served(server, case):
-    response = httpx.post(server.base_url + case.route, content=case.content, timeout=TIMEOUT)
+    response = httpx.post(server.base_url + case.route, content=case.content, headers=JSON_TYPE, timeout=TIMEOUT)
     assert response.status_code == 200, f"{case} -> {response.status_code} {response.text[:300]}"
 
 
@@ -261,7 +262,7 @@ async def send_all(base_url: str, cases: list[Case]) -> list[tuple[Case, httpx.R
 
         async def send(case: Case):
             async with limit:
-                return case, await client.post(case.route, content=case.content)
+                return case, await client.post(case.route, content=case.content, headers=JSON_TYPE)
 
         return await asyncio.gather(*(send(case) for case in cases))
 

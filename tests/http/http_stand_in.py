@@ -131,15 +131,14 @@ class StandInTokenizerManager:
 
 
 def client_for(app) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://tercet")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
 
 
 async def post(body, path="/v1/completions", manager=None, **app_options) -> httpx.Response:
     async with client_for(create_app(manager or StandInTokenizerManager(), **app_options)) as client:
-        if isinstance(body, (bytes, str)):
-            return await client.post(path, content=body)
         # json.dumps escapes to ASCII, so a lone surrogate travels as JSON's "\ud800" (httpx's json= cannot).
-        return await client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return await client.post(path, content=content, headers={"content-type": "application/json"})
 
 
 def sse_events(response: httpx.Response) -> list[dict]:

@@ -16,6 +16,7 @@ from tercet.http.server import serve_http
 from tercet.ipc.messages import FinishReason
 
 pytestmark = pytest.mark.anyio
+JSON_TYPE = {"content-type": "application/json"}
 
 
 # -- /v1/completions --------------------------------------------------------------
@@ -205,8 +206,8 @@ async def test_a_body_over_the_limit_is_413_and_the_server_keeps_serving():
             yield oversized[start:start + 256]
 
     async with client_for(app) as client:
-        declared = await client.post("/v1/completions", content=oversized)
-        chunked = await client.post("/v1/completions", content=in_pieces())
+        declared = await client.post("/v1/completions", content=oversized, headers=JSON_TYPE)
+        chunked = await client.post("/v1/completions", content=in_pieces(), headers=JSON_TYPE)
         fits = await client.post("/v1/completions", json={"model": MODEL, "prompt": "Say"})
     for refused in (declared, chunked):
         assert refused.status_code == 413
@@ -277,7 +278,7 @@ async def test_inputs_that_once_gave_500_are_400_in_json(path, body, param):
 async def test_an_error_quoting_a_lone_surrogate_is_still_json():
     app = create_app(StandInTokenizerManager(), extra_routes=[("/quote", _quote_the_body, ["POST"])])
     async with client_for(app) as client:
-        response = await client.post("/quote", content=b'{"name": "a\\ud800b"}')
+        response = await client.post("/quote", content=b'{"name": "a\\ud800b"}', headers=JSON_TYPE)
     assert response.status_code == 400
     assert response.json()["error"] == {
         "message": "no such thing: a\\ud800b",
@@ -303,7 +304,7 @@ async def test_a_failure_past_the_handler_is_a_json_500():
 
     app = create_app(StandInTokenizerManager(), extra_routes=[("/unsendable", endpoint, ["GET"])])
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tercet") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         response = await client.get("/unsendable")
     assert response.status_code == 500 and response.headers["content-type"] == "application/json"
     assert response.json()["error"]["type"] == "internal_error"
@@ -331,7 +332,7 @@ async def test_extra_routes_get_the_tokenizer_manager_and_need_the_key():
 async def test_the_official_openai_client_reads_our_schema():
     openai = pytest.importorskip("openai")
     http_client = client_for(create_app(StandInTokenizerManager()))
-    client = openai.AsyncOpenAI(api_key="unused", base_url="http://tercet/v1", http_client=http_client)
+    client = openai.AsyncOpenAI(api_key="unused", base_url="http://localhost/v1", http_client=http_client)
     messages = [{"role": "user", "content": "hi"}]
     reply = await client.chat.completions.create(model=MODEL, messages=messages)
     assert reply.choices[0].message.content == "Hello" and reply.usage.total_tokens == 6

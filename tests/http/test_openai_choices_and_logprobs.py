@@ -179,7 +179,7 @@ async def test_the_official_openai_client_reads_logprobs_and_n():
     openai = pytest.importorskip("openai")
     whole = dataclasses.replace(with_logprobs(WHOLE[0]), prompt_logprobs=PROMPT_LOGPROBS, prompt_token_ids=[1, 3])
     manager = StandInTokenizerManager(script=[whole])
-    client = openai.AsyncOpenAI(api_key="unused", base_url="http://tercet/v1", http_client=client_for(create_app(manager)))
+    client = openai.AsyncOpenAI(api_key="unused", base_url="http://localhost/v1", http_client=client_for(create_app(manager)))
     completion = await client.completions.create(model=MODEL, prompt="Say it", echo=True, logprobs=1, max_tokens=3)
     assert completion.choices[0].logprobs.token_logprobs[:2] == [None, -0.75]
     assert completion.choices[0].logprobs.top_logprobs[0] is None

@@ -1,0 +1,103 @@
+"""The ranks' own figures at ``/metrics``: the latest report each rank sent, published as it is.
+
+Each scheduler rank sends a ``RankMetricsReport`` (:mod:`tercet.ipc.rank_metrics`) between
+steps without being asked (:mod:`tercet.scheduler.metrics_reporter`); the TokenizerManager hands
+it to :meth:`RankCollector.reported`. A scrape only reads what is kept here, so it never
+waits on a rank, however long its step. ``tercet:rank_metrics_age_seconds`` tells how old
+each rank's figures are: it grows through a long step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+PREFIX = "tercet:"
+LABELS = ["model_name", "dp_rank"]
+
+
+def _ratio(part: float, whole: float) -> float:
+    return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0
+
+
+# (name, help, the value of a report)
+RANK_GAUGES = [
+    ("num_requests_running", "Completions in the running batch", lambda r: r.num_running_requests),
+    ("num_requests_waiting", "Completions waiting to be admitted", lambda r: r.num_waiting_requests),
+    ("kv_cache_usage_perc", "KV pages requests hold, 0 to 1 (pages only the prefix cache keeps count as free)",
+     lambda r: _ratio(r.kv_used_tokens - r.kv_evictable_tokens, r.kv_total_tokens)),
+    ("kv_cache_evictable_perc", "KV pages only the prefix cache keeps (freed on demand), 0 to 1",
+     lambda r: _ratio(r.kv_evictable_tokens, r.kv_total_tokens)),
+    ("prefix_cache_hit_rate", "Prompt tokens from the prefix cache, 0 to 1",
+     lambda r: _ratio(r.prompt_tokens_from_cache, r.prompt_tokens_admitted)),
+]
+RANK_COUNTERS = [
+    ("prefix_cache_queries", "Prompt tokens admitted", lambda r: r.prompt_tokens_admitted),
+    ("prefix_cache_hits", "Prompt tokens the prefix cache held", lambda r: r.prompt_tokens_from_cache),
+    ("num_preemptions", "Running completions sent back to wait (retracted) to free KV memory",
+     lambda r: r.num_retractions),
+]
+RANK_HISTOGRAMS = [
+    ("request_queue_time_seconds", "Arrival at the scheduler to first admission", lambda r: r.queue_time),
+    ("request_prefill_time_seconds", "First admission to the first output token", lambda r: r.prefill_time),
+    ("request_decode_time_seconds", "First output token to the finish", lambda r: r.decode_time),
+]
+CACHE_CONFIG_LABELS = ["page_size", "num_pages", "max_total_tokens", "prefix_cache"]
+
+
+class RankCollector:
+    def __init__(self, model_name: str, num_ranks: int, clock: Callable[[], float] = time.monotonic):
+        self.model_name = model_name
+        self.num_ranks = num_ranks
+        self.clock = clock
+        # rank -> (its latest report, when it came)
+        self.reports: dict[int, tuple[object, float]] = {}
+
+    def reported(self, report) -> bool:
+        """Keep ``report`` as its rank's latest; False (dropped) when no rank of this server could have sent it."""
+        if not 0 <= report.rank < self.num_ranks or not all(h.is_well_formed for h in report.histograms):
+            return False
+        self.reports[report.rank] = (report, self.clock())
+        return True
+
+    def describe(self):
+        return []  # the series depend on the ranks' reports
+
+    def collect(self):
+        now = self.clock()
+        latest = [(str(rank), report, now - received) for rank, (report, received) in sorted(self.reports.items())]
+        for name, help_text, value_of in RANK_GAUGES:
+            yield self._family(GaugeMetricFamily, name, help_text, latest, value_of)
+        for name, help_text, value_of in RANK_COUNTERS:
+            yield self._family(CounterMetricFamily, name, help_text, latest, value_of)
+        for name, help_text, counts_of in RANK_HISTOGRAMS:
+            histogram = HistogramMetricFamily(PREFIX + name, help_text, labels=LABELS)
+            for rank, report, _ in latest:
+                counts = counts_of(report)
+                bounds = [*map(str, counts.buckets), "+Inf"]
+                histogram.add_metric([self.model_name, rank], list(zip(bounds, counts.cumulative)), counts.total)
+            yield histogram
+        age = GaugeMetricFamily(PREFIX + "rank_metrics_age_seconds",
+                                "Seconds since the rank sent these figures (it sends none during a step)", labels=LABELS)
+        for rank, _, seconds in latest:
+            age.add_metric([self.model_name, rank], seconds)
+        yield age
+        yield self._cache_config(latest)
+
+    def _family(self, family_type, name: str, help_text: str, latest, value_of):
+        family = family_type(PREFIX + name, help_text, labels=LABELS)
+        for rank, report, _ in latest:
+            family.add_metric([self.model_name, rank], value_of(report))
+        return family
+
+    def _cache_config(self, latest) -> GaugeMetricFamily:
+        info = GaugeMetricFamily(PREFIX + "cache_config_info", "The rank's KV cache configuration (value 1)",
+                                 labels=[*LABELS, *CACHE_CONFIG_LABELS])
+        for rank, report, _ in latest:
+            num_pages = report.kv_total_tokens // report.page_size if report.page_size > 0 else 0
+            config = [str(report.page_size), str(num_pages), str(report.kv_total_tokens),
+                      str(report.prefix_cache).lower()]
+            info.add_metric([self.model_name, rank, *config], 1)
+        return info
