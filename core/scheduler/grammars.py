@@ -96,7 +96,11 @@ class GrammarCompiler:
 
     def _compile(self, key: tuple[str, str]):
         kind, text = key
-        return self.backend.compile(kind, text)
+        started = time.monotonic()
+        try:
+            return self.backend.compile(kind, text)
+        finally:
+            logger.debug("compiling a %s of %d characters took %.3f s", kind, len(text), time.monotonic() - started)
 
     def take_ready(self) -> list[tuple[list[Req], Outcome]]:
         """Groups settled on every rank: ``(group, None)`` with a matcher on every
@@ -110,6 +114,7 @@ class GrammarCompiler:
         for rid in agreed:
             self._settled.pop(rid, None)
         self._write_off_unwanted()
+        self.pool.start_queued()
         return ready
 
     def _settle_here(self) -> None:

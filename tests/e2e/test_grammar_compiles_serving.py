@@ -25,21 +25,30 @@ SLOW_SCHEMA = {"type": "object", "properties": {f"p{i}": {"type": "string"} for 
 ROOMY = [*TINY_SETTINGS, "grammar.max_constraint_bytes=1000000"]
 
 
-def generate(server, sampling_params: dict) -> httpx.Response:
+def generate(server, sampling_params: dict, timeout: float = TIMEOUT) -> httpx.Response:
     body = {"text": "Answer:", "sampling_params": {"temperature": 0, **sampling_params}}
-    return httpx.post(server.base_url + "/generate", json=body, timeout=TIMEOUT)
+    return httpx.post(server.base_url + "/generate", json=body, timeout=timeout)
 
 
-def slow_request(server) -> httpx.Response:
-    return generate(server, {"json_schema": json.dumps(SLOW_SCHEMA), "max_new_tokens": 4})
+def slow_request(server, schema: dict = SLOW_SCHEMA, timeout: float = TIMEOUT) -> httpx.Response:
+    return generate(server, {"json_schema": json.dumps(schema), "max_new_tokens": 4}, timeout)
+
+
+def slow_schema(name: str) -> dict:
+    """Another slow schema (each compiles anew): 6,000 optional properties."""
+    return {"type": "object", "properties": {f"{name}{i}": {"type": "string"} for i in range(6_000)}}
+
+
+def in_flight(server) -> int:
+    return sum(httpx.get(server.base_url + "/get_server_info", timeout=TIMEOUT).json()["requests_in_flight_per_rank"])
 
 
 def wait_until_in_flight(server, count: int) -> None:
-    """Until the API has sent ``count`` requests to the scheduler (in order: one socket carries them)."""
+    """Until the API has sent exactly ``count`` requests to the scheduler (in order: one socket
+    carries them, and an abort too)."""
     deadline = time.monotonic() + TIMEOUT
-    while sum(httpx.get(server.base_url + "/get_server_info", timeout=TIMEOUT).json()
-              ["requests_in_flight_per_rank"]) < count:
-        assert time.monotonic() < deadline, "the request never reached the scheduler"
+    while in_flight(server) != count:
+        assert time.monotonic() < deadline, f"the API never held {count} requests"
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +82,22 @@ def test_a_small_constrained_request_is_answered_while_a_slow_compile_runs(reque
         # The slow schema itself ends as what it is: past the parser's limits.
         answer = slow.result()
     assert answer.status_code == 400 and "parser limits" in answer.text and "vocabulary" not in answer.text
+
+
+def test_compiles_dropped_by_their_clients_hold_nobody(patient):
+    # Three clients give up on their slow requests; their compiles cannot be stopped, only written off.
+    with ThreadPoolExecutor(3) as pool:
+        for name in "abc":
+            pool.submit(slow_request, patient, slow_schema(name), 1)
+    wait_until_in_flight(patient, 0)
+    with ThreadPoolExecutor(1) as pool:
+        # One more slow compile, after the dropped ones; the small request comes after it.
+        sentinel = pool.submit(slow_request, patient, slow_schema("d"))
+        wait_until_in_flight(patient, 1)
+        small = generate(patient, {"regex": "(yes|no|maybe)", "max_new_tokens": 4})
+        assert small.status_code == 200, small.text
+        assert not sentinel.done(), "the small request waited for the compiles before it"
+        assert sentinel.result().status_code == 400
 
 
 def test_a_compile_past_its_time_limit_is_a_400_naming_the_limit(impatient):

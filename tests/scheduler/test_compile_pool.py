@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
 
-from tercet.scheduler.compile_pool import CompilePool
+from tercet.scheduler.compile_pool import WRITTEN_OFF_PER_WORKER, CompilePool
 
 WAIT_S = 60
 
@@ -28,11 +29,12 @@ def test_work_beyond_the_workers_waits_for_a_place():
     assert (first.result(WAIT_S), second.result(WAIT_S)) == ("first", "second")
 
 
-def test_written_off_work_frees_its_place_at_once():
+def test_written_off_work_frees_its_place_for_the_next_start():
     pool, gate = CompilePool(1), threading.Event()
     slow = pool.submit(blocked_until(gate, "slow"))
     queued = pool.submit(lambda: "behind it")
     pool.write_off(slow)
+    pool.start_queued()
     # The work behind it starts while the written-off one still runs.
     assert queued.result(WAIT_S) == "behind it"
     assert pool.num_written_off == 1 and not slow.done()
@@ -41,15 +43,25 @@ def test_written_off_work_frees_its_place_at_once():
     assert pool.num_written_off == 0
 
 
-def test_written_off_work_still_running_is_capped_at_the_workers():
+def test_a_burst_of_write_offs_starts_nothing_the_next_one_writes_off():
     pool, gate = CompilePool(1), threading.Event()
-    slow = pool.submit(blocked_until(gate, 1))
-    pool.write_off(slow)
+    first = pool.submit(blocked_until(gate, 1))
     second = pool.submit(blocked_until(gate, 2))
+    pool.write_off(first)
     pool.write_off(second)
-    # One written off already runs besides the one place: the next waits for either to end.
+    assert second.cancelled() and pool.num_written_off == 1
+    gate.set()
+
+
+def test_written_off_work_still_running_is_capped():
+    pool, gate = CompilePool(1), threading.Event()
+    for value in range(WRITTEN_OFF_PER_WORKER):
+        pool.write_off(pool.submit(blocked_until(gate, value)))
+        pool.start_queued()
+    assert pool.num_written_off == WRITTEN_OFF_PER_WORKER
+    # The next waits for one of them to end, though its place is free.
     third = pool.submit(lambda: 3)
-    assert not third.running() and pool.num_written_off == 2
+    assert not third.running() and pool.num_running == 0
     gate.set()
     assert third.result(WAIT_S) == 3
 
@@ -71,3 +83,9 @@ def test_a_failure_reaches_whoever_waits():
     with pytest.raises(ZeroDivisionError):
         pool.submit(lambda: 1 / 0).result(WAIT_S)
     assert pool.submit(lambda: "still serving").result(WAIT_S) == "still serving"
+
+
+def test_compiles_run_at_a_lower_priority_than_the_loop():
+    niceness = CompilePool(1).submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    loop = os.getpriority(os.PRIO_PROCESS, 0)
+    assert niceness.result(WAIT_S) > loop or loop == 19
