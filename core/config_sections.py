@@ -159,6 +159,12 @@ class GrammarConfig:
     backend: str = "llguidance"
     # Compiled grammars kept, by constraint, for requests that send the same one.
     cache_size: int = _at_least(128, 1)
+    # Seconds a constrained request waits for its grammar before it fails with a 400.
+    compile_timeout: float = _at_least(10.0, 0.01)
+    # Threads compiling at once in each scheduler process; 0: one per core it may run on.
+    compile_workers: int = _at_least(0, 0)
+    # Bytes of a constraint's text (a JSON Schema, regex or grammar) the API takes; larger is a 400.
+    max_constraint_bytes: int = _at_least(128 * 1024, 1)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from tercet.errors import RequestError
 from tercet.field_checks import is_integer
 from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.completion_outputs import outputs_as_they_come
+from tercet.frontend.constraint_size import check_constraint_size
 from tercet.frontend.data_parallel_router import DataParallelRouter
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
@@ -221,6 +222,7 @@ class TokenizerManager(EmbeddingRequests):
         if not self.abilities.can_generate:
             raise RequestError(ENCODER_CANNOT_GENERATE, "model")
         check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)
+        check_constraint_size(request.sampling_params, self.context.config.grammar.max_constraint_bytes)
         self.check_capacity(request.num_completions)  # refuse before the work of tokenizing
         input_ids = await self.run_off_loop(tokenize_prompts, request, self.tokenize)
         # Other requests came in while this one was tokenized. From here to the

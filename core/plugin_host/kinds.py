@@ -141,7 +141,8 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     ``register(name, factory)`` where ``factory(tokenizer)`` takes a
     :class:`tercet.scheduler.grammar_backend.GrammarTokenizer` and returns a
     :class:`tercet.scheduler.grammar_backend.GrammarBackend`: ``compile(kind, text)`` (called in
-    a worker thread, never on the scheduler's loop; raise
+    one of several compile threads, never on the scheduler's loop, and abandoned, not
+    interrupted, past ``[grammar] compile_timeout``; raise
     :class:`tercet.scheduler.grammar_backend.GrammarError` for a constraint it cannot compile,
     which fails that request alone with a 400) and ``matcher(compiled)``, a
     :class:`tercet.scheduler.grammar_backend.GrammarMatcher` per completion that fills the

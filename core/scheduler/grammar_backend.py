@@ -38,7 +38,8 @@ class GrammarMatcher(abc.ABC):
     @abc.abstractmethod
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the tokens allowed next into ``bitmask[row]`` (int32 words, bit ``t % 32``
-        of word ``t // 32`` for token ``t``); the EOS tokens once the grammar may end."""
+        of word ``t // 32`` for token ``t``); the EOS tokens once the grammar may end.
+        Raise :class:`GrammarError` when the constraint cannot go on (a parser limit): a 400."""
 
     @abc.abstractmethod
     def accept(self, token_id: int) -> bool:
@@ -52,7 +53,9 @@ class GrammarMatcher(abc.ABC):
 
 
 class GrammarBackend(abc.ABC):
-    """Compiles constraints for one tokenizer; ``compile`` runs in a worker thread."""
+    """Compiles constraints for one tokenizer. ``compile`` runs in one of several compile
+    threads, and may be abandoned (past ``grammar.compile_timeout``, or its requests
+    aborted) but never interrupted: it should release the GIL and bound its own work."""
 
     @abc.abstractmethod
     def compile(self, kind: str, text: str) -> object:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
-from tercet.ipc.messages import FinishReason
+from tercet.ipc.messages import FinishKind, FinishReason
+from tercet.scheduler.grammar_backend import GrammarError
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ class GrammarMasks:
         """Fill ``bitmask[position]`` from the request's grammar; False (the request ended) when it cannot."""
         try:
             req.grammar.fill_bitmask(bitmask, position)
+        except GrammarError as error:
+            # The backend's word that the constraint itself cannot go on (a parser limit, say).
+            self.queues.fail(req, constraint_refusal(req, error))
+            return False
         except Exception:
             self.failures.record("grammar", f"the grammar backend failed on request {req.rid!r}", plugin=self.plugin_name)
             self.queues.fail(req, FinishReason.internal_failure("its output constraint"))
@@ -53,3 +58,9 @@ class GrammarMasks:
             self.queues.fail(req, FinishReason.internal_failure("its output constraint"))
             return False
         return True
+
+
+def constraint_refusal(req: Req, error: GrammarError) -> FinishReason:
+    """The client's 400 for a constraint that cannot go on, naming the parameter it came in."""
+    kind = req.sampling_params.constraint[0]
+    return FinishReason(FinishKind.ABORT, message=f"{kind}: {error}", status_code=400, param=kind)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from tercet.containment import ContainedFailures
 from tercet.ipc.messages import FinishKind, FinishReason
 from tercet.scheduler.grammar_backend import GrammarError
+from tercet.scheduler.grammar_masks import constraint_refusal
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice
 from tercet.scheduler.stop_conditions import StopConditions
@@ -72,9 +73,7 @@ class SampledTokens:
             complete = accepted and req.grammar.is_complete()
         except GrammarError as error:
             # The backend's word that the constraint itself cannot go on: the client's 400.
-            kind = req.sampling_params.constraint[0]
-            refusal = FinishReason(FinishKind.ABORT, message=f"{kind}: {error}", status_code=400, param=kind)
-            raise RequestRefused(refusal) from None
+            raise RequestRefused(constraint_refusal(req, error)) from None
         except Exception:
             accepted = complete = False
         if not accepted:

@@ -19,6 +19,7 @@ cache), since after one of those no request's KV can be trusted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 
@@ -45,7 +46,7 @@ from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.control import ControlTarget, answer, builtin_control_handlers
 from tercet.scheduler.embeddings import EmbeddingStep, send_embedding_outputs
-from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer
+from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer, num_cores
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
 from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
@@ -55,6 +56,7 @@ from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_queues import RequestQueues
 from tercet.scheduler.stop_conditions import StopConditions
+from tercet.scheduler.tensor_parallel_agreement import agreed_outcomes
 from tercet.scheduler.tensor_parallel_inbox import SilentSender, TensorParallelInbox
 
 logger = logging.getLogger(__name__)
@@ -129,13 +131,15 @@ class Scheduler:
     def _grammar_compiler(self, context: ProcessContext, tokenizer) -> GrammarCompiler:
         """Compiles output constraints with the backend ``[grammar] backend`` chooses."""
         backend = context.chosen("grammar_backends")
+        config = context.config.grammar
         return GrammarCompiler(
             lambda: backend(grammar_tokenizer(tokenizer, self.model_runner)),
-            context.config.grammar.cache_size,
+            config.cache_size,
             plugin_name=context.chosen_plugin_name("grammar_backends"),
-            # Tensor-parallel ranks must admit a constrained request at the same step:
-            # there, each step waits for the compiles it has started.
-            wait_for_compiles=self.tp.enabled,
+            num_workers=config.compile_workers or num_cores(),
+            compile_timeout=config.compile_timeout,
+            # Tensor-parallel ranks must admit a constrained request at the same step.
+            agree=functools.partial(agreed_outcomes, self.tp),
         )
 
     def _open_edges(self, port_args) -> None:

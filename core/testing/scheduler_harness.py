@@ -123,8 +123,8 @@ class SchedulerHarness:
         """Deliver, run one scheduler step; the BatchTokenIDOutputs (and BatchEmbeddingOutputs) it
         sent the detokenizer."""
         self.deliver()
-        # A grammar compiles in a worker thread: wait for it (the real loop polls instead).
-        concurrent.futures.wait([future for _, future in self.scheduler.grammars.pending])
+        # A grammar compiles in a pool thread: wait for it (the real loop polls instead).
+        concurrent.futures.wait([entry.future for entry in self.scheduler.grammars.pending])
         self.scheduler.run_step()
         outputs = self.outputs.receive_pending() if self.outputs.poll(1000) else []
         for output in outputs:

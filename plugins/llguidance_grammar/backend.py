@@ -10,7 +10,9 @@ here whenever the grammar may end.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import re
 
 import llguidance
 
@@ -27,6 +29,8 @@ class LlguidanceMatcher(GrammarMatcher):
         # same, but importing it scripts a kernel with torch.jit on every start).
         words = bitmask[row]
         self.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
+        if self.matcher.is_error():
+            raise constraint_error(self.matcher)
         if self.matcher.is_accepting():
             for token_id in self.eos_token_ids:
                 bitmask[row, token_id // 32] |= _bit(token_id % 32)
@@ -36,18 +40,32 @@ class LlguidanceMatcher(GrammarMatcher):
             return True
         if self.matcher.consume_token(token_id):
             return True
-        # The token was one the mask allowed, so the matcher contradicts itself. The
-        # known cause is a constraint needing bytes no token of the vocabulary holds
-        # (SmolLM2's has no token for the byte 0xF1, which starts U+40000…U+7FFFF):
-        # llguidance then lets through the next byte instead. That is the request's
-        # constraint, not a fault of the server: a 400.
-        raise GrammarError(
-            "the constraint cannot be met with this model's vocabulary, which lacks the bytes it needs next "
-            f"(llguidance: {(self.matcher.get_error() or 'token rejected').splitlines()[0]})"
-        )
+        # The token was one the mask allowed, so the matcher contradicts itself:
+        # the request's constraint, not a fault of the server, hence a 400.
+        raise constraint_error(self.matcher)
 
     def is_complete(self) -> bool:
         return self.matcher.is_stopped()
+
+
+# llguidance's words when a grammar outgrows one of its parser or lexer limits
+# (LLParserLimits: items in a row, lexer fuel, grammar size).
+PARSER_LIMIT = re.compile(r"items; max is|too many items|fuel|too big \(limit", re.IGNORECASE)
+
+
+def constraint_error(matcher) -> GrammarError:
+    """Why ``matcher`` stopped, as the client's error. Besides a parser limit, the
+    known cause is a constraint needing bytes no token of the vocabulary holds
+    (SmolLM2's has no token for the byte 0xF1, which starts U+40000…U+7FFFF):
+    llguidance then lets through the next byte instead."""
+    problem = (matcher.get_error() or "token rejected").splitlines()[0]
+    if PARSER_LIMIT.search(problem):
+        return GrammarError(f"the constraint is too complex for the grammar backend's parser limits "
+                            f"(llguidance: {problem})")
+    return GrammarError(
+        f"the constraint cannot be met with this model's vocabulary, which lacks the bytes it needs next "
+        f"(llguidance: {problem})"
+    )
 
 
 # JSON with one space after ":" and ",", and none elsewhere, unless the schema
@@ -89,24 +107,35 @@ class LlguidanceBackend(GrammarBackend):
                 grammar = llguidance.grammar_from("gbnf", text)
             else:
                 raise GrammarError(f"unknown constraint kind {kind!r}")
-            # "" when the grammar is sound, else what is wrong with it.
-            problem = llguidance.LLMatcher.validate_grammar(grammar, self.tokenizer)
+            # The first matcher does the heavy part once, here in the worker thread;
+            # each request gets a copy, which shares the lexer states it builds
+            # lazily (a fresh matcher per request made every step about 4x slower).
+            # Building it checks the grammar as validate_grammar would: asking
+            # that first built everything twice (a third of a large schema's time).
+            matcher = llguidance.LLMatcher(self.tokenizer, grammar)
         except GrammarError:
             raise
         except Exception as error:  # llguidance raises ValueError/RuntimeError with its reason
             raise GrammarError(f"cannot be compiled: {error}") from None
-        if problem:
-            raise GrammarError(f"cannot be compiled: {problem}")
-        # The first matcher does the heavy part once, here in the worker thread;
-        # each request gets a copy, which shares the lexer states it builds
-        # lazily (a fresh matcher per request made every step about 4x slower).
-        return self._new_matcher(grammar)
+        if matcher.is_error():
+            raise GrammarError(f"cannot be compiled: {matcher.get_error()}")
+        _check_forced_start(matcher, self.tokenizer)
+        return matcher
 
     def matcher(self, compiled) -> GrammarMatcher:
         return LlguidanceMatcher(compiled.deep_copy(), self.eos_token_ids)
 
-    def _new_matcher(self, grammar: str):
-        matcher = llguidance.LLMatcher(self.tokenizer, grammar)
-        if matcher.is_error():
-            raise GrammarError(matcher.get_error())
-        return matcher
+
+def _check_forced_start(matcher, tokenizer) -> None:
+    """Walk a copy through the bytes every output starts with (``{`` for a JSON
+    object): a grammar too complex for the parser's limits often fails right
+    there, and is better refused now than after its request was admitted."""
+    walker = matcher.deep_copy()
+    # The mask first: llguidance computes it without the GIL, and the forced
+    # bytes are then at hand. Asked for first, they cost as much (half a second
+    # for a schema of 10,000 properties) holding the GIL, stalling the scheduler's loop.
+    scratch = bytearray(4 * ((tokenizer.vocab_size + 31) // 32))
+    walker.unsafe_compute_mask_ptr(ctypes.addressof(ctypes.c_char.from_buffer(scratch)), len(scratch))
+    forced = tokenizer.tokenize_bytes(walker.compute_ff_bytes())
+    if walker.is_error() or (forced and not walker.consume_tokens(forced)):
+        raise constraint_error(walker)

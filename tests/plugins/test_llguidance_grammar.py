@@ -71,7 +71,20 @@ def test_an_ebnf_grammar(backend, tokenizer):
 def test_a_constraint_the_vocabulary_cannot_write_is_the_requests_error(backend, tokenizer):
     # U+40000 is the bytes F1 80 80 80, and SmolLM2's vocabulary has no token for the byte F1.
     assert "ñ" not in tokenizer.backend_tokenizer.get_vocab()
-    matcher = backend.matcher(backend.compile("regex", "\U00040000"))
+    # Where every output must start with it, the compile already says so.
+    with pytest.raises(GrammarError, match="cannot be met with this model's vocabulary"):
+        backend.compile("regex", "\U00040000")
+    # Further on, the token that leads there says so.
+    matcher = backend.matcher(backend.compile("regex", "(a|b)\U00040000"))
+    assert matcher.accept(tokenizer.encode("a")[0])
     [token_id] = allowed(matcher).nonzero().flatten().tolist()
     with pytest.raises(GrammarError, match="cannot be met with this model's vocabulary"):
         matcher.accept(token_id)
+
+
+def test_a_schema_past_the_parser_limits_is_refused_as_such_when_compiled(backend):
+    # 600 optional properties: after "{" a row of about 2,400 Earley items, over llguidance's 2,000.
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(600)}}
+    with pytest.raises(GrammarError, match="too complex for the grammar backend's parser limits") as refusal:
+        backend.compile("json_schema", json.dumps(schema))
+    assert "vocabulary" not in str(refusal.value)

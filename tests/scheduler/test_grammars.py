@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+
+import pytest
 
 from tercet.ipc.messages import AbortReq, TokenizedGenerateReq
 from tercet.sampling_params import SamplingParams
@@ -146,3 +150,94 @@ def test_a_constraint_the_vocabulary_cannot_write_ends_its_request_with_a_400(ha
     assert reasons["astral"].status_code == 400 and reasons["astral"].param == "regex"
     assert "vocabulary" in reasons["astral"].message
     assert reasons["good"].kind == "length"
+
+
+class GatedBackend:
+    """Compiles "slow" only once its gate opens; anything else at once."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+        self.compiled = []
+
+    def compile(self, kind, text):
+        if text == "slow":
+            assert self.gate.wait(60)
+        self.compiled.append(text)
+        return text
+
+    def matcher(self, compiled):
+        return RaisingMatcher() if compiled == "raising" else PlainMatcher()
+
+
+class PlainMatcher(RaisingMatcher):
+    def fill_bitmask(self, bitmask, row):
+        bitmask[row] = -1
+
+    def accept(self, token_id):
+        return True
+
+    def is_complete(self):
+        return True
+
+
+def finished_reasons(harness, rids: set[str]) -> dict:
+    """Step (as the loop does, without waiting for compiles) until every one of ``rids`` finished."""
+    harness.deliver()
+    reasons = {}
+    deadline = time.monotonic() + 60
+    while not rids <= reasons.keys():
+        assert time.monotonic() < deadline, f"still unfinished: {rids - reasons.keys()}"
+        harness.scheduler.run_step()
+        for output in harness.outputs.receive_pending() if harness.outputs.poll(10) else []:
+            reasons.update((rid, reason) for rid, reason in zip(output.rids, output.finished_reasons) if reason)
+    return reasons
+
+
+@pytest.fixture
+def gated(harness):
+    backend = GatedBackend()
+    harness.scheduler.grammars._backend = backend
+    yield harness, backend
+    backend.gate.set()
+
+
+def test_a_compile_past_its_time_limit_fails_its_request_alone_with_a_400_naming_the_limit(gated):
+    harness, backend = gated
+    harness.scheduler.grammars.compile_timeout = 0.2
+    harness.send(TokenizedGenerateReq("slow", [5, 6, 7], params(regex="slow")))
+    harness.send(TokenizedGenerateReq("quick", [5, 6, 7], params(4, regex="quick")))
+    reasons = finished_reasons(harness, {"slow", "quick"})
+    assert reasons["slow"].status_code == 400 and reasons["slow"].param == "regex"
+    assert "grammar.compile_timeout (0.2 s)" in reasons["slow"].message
+    # The quick one compiled beside it, and ran.
+    assert reasons["quick"].kind == "stop" and "quick" in backend.compiled
+    # The slow compile was written off: it holds no place in the pool, and is not cached.
+    assert harness.scheduler.grammars.pool.num_written_off == 1
+    assert ("regex", "slow") not in harness.scheduler.grammars._cache
+
+
+def test_an_aborted_request_writes_its_compile_off(gated):
+    harness, backend = gated
+    grammars = harness.scheduler.grammars
+    grammars.pool.num_workers = 1
+    harness.send(TokenizedGenerateReq("slow", [5, 6, 7], params(regex="slow")))
+    harness.deliver()
+    assert grammars.pool.num_running == 1
+    harness.send(AbortReq("slow"))
+    # With the one place taken, the next compile could start only because the first was written off.
+    harness.send(TokenizedGenerateReq("next", [5, 6, 7], params(4, regex="next")))
+    reasons = finished_reasons(harness, {"slow", "next"})
+    assert reasons["slow"].kind == "abort" and reasons["next"].kind == "stop"
+    assert grammars.pool.num_written_off == 1
+
+
+def test_a_request_sharing_a_compile_keeps_it_when_the_other_is_aborted(gated):
+    harness, backend = gated
+    harness.send(TokenizedGenerateReq("gone", [5, 6, 7], params(regex="slow")))
+    harness.send(TokenizedGenerateReq("stays", [5, 6, 7], params(4, regex="slow")))
+    harness.send(AbortReq("gone"))
+    harness.deliver()
+    assert harness.scheduler.grammars.pool.num_written_off == 0
+    backend.gate.set()
+    reasons = finished_reasons(harness, {"gone", "stays"})
+    assert reasons["gone"].kind == "abort" and reasons["stays"].kind == "stop"
