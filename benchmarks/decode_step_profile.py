@@ -3,8 +3,10 @@
 Drives the default model through tercet's scheduler in process (as
 ``tercet bench offline`` does), lets every request finish its prefill, then
 profiles decode steps. Prints, per step: wall time, torch ops dispatched, and
-the milliseconds of each part: the linear layers (tercet's block kernel or
-torch's), the decode attention, and the other ops grouped by name. Run on an
+the milliseconds of each part: the linear layers (tercet's block kernel),
+the decode attention, the fused norms, SiLU and rotary, and the other ops by
+name. The profiler's own cost per op and per labelled call inflates the step
+(compare its wall time with an unprofiled run's). Run on an
 otherwise idle machine:
 
     python benchmarks/decode_step_profile.py --batch-sizes 1 32
@@ -24,24 +26,31 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from tercet.bench.offline_tercet import CollectingSender, TercetOfflineEngine
 from tercet.formats.default_model import find_default_gguf
 from tercet.ipc.messages import TokenizedGenerateReq
+from tercet.model.fused_ops import CpuFusedOps
 from tercet.plugins.linear_layers.block_matmul import KernelBlockLinear
 from tercet.plugins.paged_cpu_attention.backend import PagedCpuAttentionBackend
 from tercet.sampling_params import SamplingParams
 
 # Parts whose work runs outside torch's ops (ctypes calls): labelled so the profile sees them.
-LABELLED = {KernelBlockLinear: "block kernel (linear layers)", PagedCpuAttentionBackend: "paged decode attention"}
+LABELLED = {
+    (KernelBlockLinear, "forward"): "block kernel (linear layers)",
+    (PagedCpuAttentionBackend, "forward"): "paged decode attention",
+    (CpuFusedOps, "rms_norm"): "fused RMSNorm (+ residual add)",
+    (CpuFusedOps, "silu_mul"): "fused SiLU·mul",
+    (CpuFusedOps, "rotary_"): "fused rotary",
+}
 
 
 def _label_native_calls() -> None:
-    for cls, label in LABELLED.items():
-        forward = cls.forward
+    for (cls, name), label in LABELLED.items():
+        method = getattr(cls, name)
 
-        @functools.wraps(forward)
-        def labelled(self, *args, _forward=forward, _label=label, **kwargs):
+        @functools.wraps(method)
+        def labelled(self, *args, _method=method, _label=label, **kwargs):
             with record_function(_label):
-                return _forward(self, *args, **kwargs)
+                return _method(self, *args, **kwargs)
 
-        cls.forward = labelled
+        setattr(cls, name, labelled)
 
 
 def _decoding_engine(batch_size: int, prompt_len: int, steps: int) -> TercetOfflineEngine:

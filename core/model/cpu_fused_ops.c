@@ -54,11 +54,15 @@ void tercet_add_rms_norm(uint16_t *hidden, int64_t hidden_stride, const uint16_t
     }
 }
 
-/* silu(g) = g / (1 + e^-g), with the exponent kept non-positive. */
+/* silu(g) = g / (1 + e^-g), with the exponent kept non-positive (written without branches, so
+ * that the loop below vectorizes). */
 static inline float silu(float g) {
-    float e = exp_nonpositive(-fabsf(g));
-    return g >= 0.0f ? g / (1.0f + e) : g * e / (1.0f + e);
+    float e = exp_nonpositive(g < -g ? g : -g); /* e^-|g| */
+    float numerator = g >= 0.0f ? g : g * e;
+    return numerator / (1.0f + e);
 }
+
+#define SILU_CHUNK 256
 
 /* out = SiLU(gate) · up, where each row of gate_up is [gate (width) | up (width)]. */
 void tercet_silu_mul(const uint16_t *gate_up, int64_t gate_up_stride, int64_t rows, int64_t width, uint16_t *out,
@@ -67,9 +71,15 @@ void tercet_silu_mul(const uint16_t *gate_up, int64_t gate_up_stride, int64_t ro
     for (int64_t r = 0; r < rows; r++) {
         const uint16_t *gate = gate_up + r * gate_up_stride, *up = gate + width;
         uint16_t *o = out + r * out_stride;
+        for (int64_t start = 0; start < width; start += SILU_CHUNK) {
+            int64_t count = width - start < SILU_CHUNK ? width - start : SILU_CHUNK;
+            float activated[SILU_CHUNK];
+            for (int64_t i = 0; i < count; i++) activated[i] = bf16_to_float(gate[start + i]);
 #pragma omp simd
-        for (int64_t i = 0; i < width; i++)
-            o[i] = float_to_bf16(round_bf16(silu(bf16_to_float(gate[i]))) * bf16_to_float(up[i]));
+            for (int64_t i = 0; i < count; i++) activated[i] = silu(activated[i]);
+            for (int64_t i = 0; i < count; i++)
+                o[start + i] = float_to_bf16(round_bf16(activated[i]) * bf16_to_float(up[start + i]));
+        }
     }
 }
 

@@ -9,7 +9,9 @@
  * written so that the compiler vectorizes it (libm's expf would be one call per score). */
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
-    float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    /* n = x / ln 2 rounded to the nearest integer, by the 1.5 * 2^23 trick (exact for |n| < 2^22):
+     * unlike floorf, it vectorizes without -fno-trapping-math. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
