@@ -4,9 +4,9 @@ The default model at its Q4_1 blocks in bfloat16 (block kernel, paged_cpu
 every step) samples a seeded request at temperature 1 (where a last-bit
 difference in the logits changes the draw) alone, among batch-mates of other
 lengths, with its prompt cut into small chunks, and again from a warm prefix
-cache: the tokens are the same each time (without ``model.deterministic``
-the batched run differs from the first token on). What cannot keep the
-promise is refused at start-up, naming why.
+cache: the tokens are the same each time (with prompt attention on torch's
+SDPA, as paged_cpu ran it before, the batched run differed from the first
+token on). What cannot keep the promise is refused at start-up, naming why.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The paged_cpu backend against torch_native: the same attention and the same cache writes.
 
-Random decode batches (sequence lengths across several splits of the kernel,
+Random decode batches, and steps with prompt tokens over cached prefixes
+(sequence lengths across several splits of the kernel,
 GQA ratios, head sizes, page sizes, float32 and bfloat16, q/k/v as strided
 views of one projection as the model hands them over) run through both
 backends on copies of one cache. float32 agrees to 1e-5, bfloat16 to the
@@ -95,15 +96,35 @@ def test_a_sequence_gets_the_same_output_whatever_its_batch_mates():
     assert torch.equal(together[:1], by_itself)
 
 
-def test_steps_with_prompt_tokens_run_as_torch_native():
-    layout, cache, table, decode, _, _, _ = decode_case(5, [40, 12], 2, 2, 64, 4, torch.float32)
-    batch = ForwardBatch.build(decode.req_pool_indices.tolist(), [30, 10], [[1, 2, 3], [4]], table, CPU)
-    tokens = torch.randn(4, 2 * 2 + 2 * 2, 64)
-    q, k, v = tokens.split([4, 2, 2], dim=1)
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    spans=st.lists(st.tuples(st.integers(0, 300), st.integers(1, 40)), min_size=1, max_size=4),  # (prefix, new)
+    num_kv_heads=st.sampled_from([1, 3]),
+    group=st.sampled_from([1, 3]),
+    head_dim=st.sampled_from([64, 40]),
+    page_size=st.sampled_from([1, 16]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+def test_steps_with_prompt_tokens_attend_and_write_as_torch_native_does(
+    seed, spans, num_kv_heads, group, head_dim, page_size, dtype
+):
+    # Prefill, chunks over a cached prefix and decode rows in one step, each new token a kernel row.
+    layout, cache, table, decode, _, _, _ = decode_case(
+        seed, [prefix + new for prefix, new in spans], num_kv_heads, group, head_dim, page_size, dtype
+    )
+    tokens = [[7] * new for _, new in spans]
+    batch = ForwardBatch.build(decode.req_pool_indices.tolist(), [prefix for prefix, _ in spans], tokens, table, CPU)
+    fused = torch.randn(batch.num_tokens, num_kv_heads * (group + 2), head_dim,
+                        generator=torch.Generator().manual_seed(seed)).to(dtype)
+    q, k, v = fused.split([num_kv_heads * group, num_kv_heads, num_kv_heads], dim=1)
     reference_cache, kernel_cache = copy_of(cache), copy_of(cache)
     expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
     got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
-    assert torch.equal(got, expected)
+    torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
+    for reference, written in zip((*reference_cache.k_buffers, *reference_cache.v_buffers),
+                                  (*kernel_cache.k_buffers, *kernel_cache.v_buffers)):
+        assert torch.equal(reference, written)
 
 
 def test_without_a_compiler_the_backend_is_torch_native_and_says_why(monkeypatch, caplog):
