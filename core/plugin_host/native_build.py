@@ -16,6 +16,7 @@ so that the plugin can fall back to something slower and say why.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -80,11 +81,16 @@ def cpu_identity() -> str:
     return "\n".join(sorted({line.strip() for line in lines if line.split(":")[0].strip() in wanted}))
 
 
+@functools.cache
+def _compiler_version(cc: str) -> str:
+    # Once per process: a scheduler loads three libraries at start-up.
+    return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+
+
 def library_path(source: NativeSource, cache_dir: Path | None = None) -> Path:
     """Where the library of this source, these flags, this compiler and this CPU lives."""
     cc = compiler()
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = source.text() + " ".join(source.flags).encode() + version.encode() + cpu_identity().encode()
+    key = source.text() + " ".join(source.flags).encode() + _compiler_version(cc).encode() + cpu_identity().encode()
     digest = hashlib.sha256(key).hexdigest()[:16]
     return Path(cache_dir or default_cache_dir()) / "kernels" / f"{source.library_name}-{digest}.so"
 

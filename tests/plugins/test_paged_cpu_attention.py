@@ -59,6 +59,11 @@ def copy_of(cache: PagedKVCache) -> PagedKVCache:
     return copied
 
 
+def assert_same_cache(written: PagedKVCache, reference: PagedKVCache) -> None:
+    for mine, theirs in zip((*written.k_buffers, *written.v_buffers), (*reference.k_buffers, *reference.v_buffers)):
+        assert torch.equal(mine, theirs)
+
+
 def run(backend, cache, table, batch, q, k, v, layer_id=1):
     backend.prepare(batch, table)
     return backend.forward(q, k, v, layer_id, batch, cache)
@@ -81,9 +86,7 @@ def test_decode_attends_and_writes_as_torch_native_does(seed, seq_lens, num_kv_h
     expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
     got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
-    for reference, written in zip((*reference_cache.k_buffers, *reference_cache.v_buffers),
-                                  (*kernel_cache.k_buffers, *kernel_cache.v_buffers)):
-        assert torch.equal(reference, written)
+    assert_same_cache(kernel_cache, reference_cache)
 
 
 def test_a_sequence_gets_the_same_output_whatever_its_batch_mates():
@@ -122,9 +125,7 @@ def test_steps_with_prompt_tokens_attend_and_write_as_torch_native_does(
     expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
     got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
-    for reference, written in zip((*reference_cache.k_buffers, *reference_cache.v_buffers),
-                                  (*kernel_cache.k_buffers, *kernel_cache.v_buffers)):
-        assert torch.equal(reference, written)
+    assert_same_cache(kernel_cache, reference_cache)
 
 
 def test_without_a_compiler_the_backend_is_torch_native_and_says_why(monkeypatch, caplog):
