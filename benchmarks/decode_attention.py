@@ -64,7 +64,7 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     layout = AttentionLayout(NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, NUM_LAYERS, torch.device("cpu"), dtype)
     backends = {"torch_native": TorchNativeAttentionBackend(layout),
-                "paged_cpu": PagedCpuAttentionBackend(layout, load_kernel())}
+                "paged_cpu": PagedCpuAttentionBackend(layout, load_kernel(layout))}
     print(f"decode attention, {NUM_LAYERS} layers, {args.dtype} cache, {torch.get_num_threads()} threads "
           "(ms per step: best / median)")
     for context in args.contexts:

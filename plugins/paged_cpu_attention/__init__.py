@@ -27,7 +27,7 @@ def create_paged_cpu_backend(layout):
                               f"float32 or bfloat16, not on {layout.device.type} in {layout.dtype}")
         return TorchNativeAttentionBackend(layout)
     try:
-        kernel = load_kernel()
+        kernel = load_kernel(layout)
     except KernelUnavailable as error:
         if layout.deterministic:
             raise ConfigError(f"model.deterministic = true needs the paged_cpu kernel: {error}") from None

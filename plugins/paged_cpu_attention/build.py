@@ -3,6 +3,8 @@
 The C source ships in this package and is built by tercet's native build
 (:func:`tercet.plugin_api.load_native_library`: the system's C compiler,
 ``-march=native``, into tercet's cache, once per source, compiler and CPU).
+The served model's attention shape (query heads per KV head, head size) is
+compiled in as constants, so each shape is its own small library.
 No compiler, or one that fails, is a :class:`KernelUnavailable` with the
 reason: the backend then runs as ``torch_native`` does, and says so once.
 """
@@ -12,16 +14,33 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from tercet.plugin_api import NativeBuildError, NativeSource, load_native_library
+from dataclasses import replace
+
+from tercet.plugin_api import AttentionLayout, NativeBuildError, NativeSource, load_native_library
 
 SOURCE = NativeSource(__package__, "decode_attention.c", "paged_decode_attention")
+# The shapes whose query heads and sums fit the kernel's registers; others run its general loop.
+SPECIALIZED_HEAD_DIMS = (64, 128)
+MAX_SPECIALIZED_GROUP = 8
 INT64_P = ctypes.POINTER(ctypes.c_int64)
 KernelUnavailable = NativeBuildError
 
 
-def load_kernel(cache_dir: Path | None = None):
-    """The kernel's C function, built first if this machine has no copy yet."""
-    function = load_native_library(SOURCE, cache_dir).tercet_paged_decode_attention
+def source_for(layout: AttentionLayout | None) -> NativeSource:
+    """The kernel's source with ``layout``'s shape compiled in, where the shape has a fast path."""
+    if layout is None:
+        return SOURCE
+    group = layout.num_heads // layout.num_kv_heads
+    if group > MAX_SPECIALIZED_GROUP or layout.head_dim not in SPECIALIZED_HEAD_DIMS:
+        return SOURCE
+    shape = (f"-DTERCET_ATTEND_GROUP={group}", f"-DTERCET_ATTEND_HEAD_DIM={layout.head_dim}")
+    return replace(SOURCE, library_name=f"{SOURCE.library_name}_g{group}_d{layout.head_dim}",
+                   flags=SOURCE.flags + shape)
+
+
+def load_kernel(layout: AttentionLayout | None = None, cache_dir: Path | None = None):
+    """The kernel's C function for ``layout``'s shape, built first if this machine has no copy yet."""
+    function = load_native_library(source_for(layout), cache_dir).tercet_paged_decode_attention
     function.restype = ctypes.c_int
     function.argtypes = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,

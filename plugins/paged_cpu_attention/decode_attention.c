@@ -160,39 +160,34 @@ static inline __attribute__((always_inline)) void attend_avx512_body(
 }
 
 /* The body with the group size and head size known at compile time, so that the query
- * heads and their sums stay in registers: the shapes of the models tercet serves. */
-#define ATTEND_ARGS const float *queries, const void *k_cache, const void *v_cache, int cache_dtype, \
-    const int64_t *slots, int num_kv_heads, int kv_head, int64_t first, int64_t last, float *maxima, \
-    float *sums, float *weighted
-#define ATTEND_PASS(G, D) (cache_dtype == DTYPE_BFLOAT16 \
-    ? attend_avx512_body(queries, G, D, k_cache, v_cache, DTYPE_BFLOAT16, slots, num_kv_heads, kv_head, first, \
-                         last, maxima, sums, weighted) \
-    : attend_avx512_body(queries, G, D, k_cache, v_cache, DTYPE_FLOAT32, slots, num_kv_heads, kv_head, first, \
-                         last, maxima, sums, weighted))
-#define SPECIALIZED(G, D) static void attend_g##G##_d##D(ATTEND_ARGS) { ATTEND_PASS(G, D); }
-SPECIALIZED(1, 64) SPECIALIZED(2, 64) SPECIALIZED(3, 64) SPECIALIZED(4, 64) SPECIALIZED(5, 64)
-SPECIALIZED(6, 64) SPECIALIZED(7, 64) SPECIALIZED(8, 64)
-SPECIALIZED(1, 128) SPECIALIZED(2, 128) SPECIALIZED(3, 128) SPECIALIZED(4, 128) SPECIALIZED(5, 128)
-SPECIALIZED(6, 128) SPECIALIZED(7, 128) SPECIALIZED(8, 128)
-
-typedef void (*attend_function)(ATTEND_ARGS);
-static const attend_function SPECIALIZED_64[9] = {
-    NULL, attend_g1_d64, attend_g2_d64, attend_g3_d64, attend_g4_d64, attend_g5_d64, attend_g6_d64,
-    attend_g7_d64, attend_g8_d64};
-static const attend_function SPECIALIZED_128[9] = {
-    NULL, attend_g1_d128, attend_g2_d128, attend_g3_d128, attend_g4_d128, attend_g5_d128, attend_g6_d128,
-    attend_g7_d128, attend_g8_d128};
+ * heads and their sums stay in registers. Only the served model's shape is specialized
+ * (build.py passes it as -DTERCET_ATTEND_GROUP and -DTERCET_ATTEND_HEAD_DIM): each
+ * specialization is a fully unrolled copy of the body, and compiling all the shapes a
+ * model might have took 4.6 s of a first start against about 0.4 s for one. */
+#if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
+static void attend_specialized(const float *queries, const void *k_cache, const void *v_cache, int cache_dtype,
+                               const int64_t *slots, int num_kv_heads, int kv_head, int64_t first, int64_t last,
+                               float *maxima, float *sums, float *weighted) {
+    if (cache_dtype == DTYPE_BFLOAT16)
+        attend_avx512_body(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_BFLOAT16,
+                           slots, num_kv_heads, kv_head, first, last, maxima, sums, weighted);
+    else
+        attend_avx512_body(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_FLOAT32,
+                           slots, num_kv_heads, kv_head, first, last, maxima, sums, weighted);
+}
+#endif
 
 static void attend_split_avx512(const float *queries, int group, int head_dim, const void *k_cache,
                                 const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
                                 int kv_head, int64_t first, int64_t last, float *maxima, float *sums,
                                 float *weighted) {
-    if (group <= 8 && (head_dim == 64 || head_dim == 128)) {
-        attend_function specialized = (head_dim == 64 ? SPECIALIZED_64 : SPECIALIZED_128)[group];
-        specialized(queries, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head, first, last, maxima,
-                    sums, weighted);
+#if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
+    if (group == TERCET_ATTEND_GROUP && head_dim == TERCET_ATTEND_HEAD_DIM) {
+        attend_specialized(queries, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head, first, last, maxima,
+                           sums, weighted);
         return;
     }
+#endif
     attend_avx512_body(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head,
                        first, last, maxima, sums, weighted);
 }

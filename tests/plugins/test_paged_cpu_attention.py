@@ -84,14 +84,14 @@ def test_decode_attends_and_writes_as_torch_native_does(seed, seq_lens, num_kv_h
     layout, cache, table, batch, q, k, v = decode_case(seed, seq_lens, num_kv_heads, group, head_dim, page_size, dtype)
     reference_cache, kernel_cache = copy_of(cache), copy_of(cache)
     expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
-    got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
+    got = run(PagedCpuAttentionBackend(layout, load_kernel(layout)), kernel_cache, table, batch, q, k, v)
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
     assert_same_cache(kernel_cache, reference_cache)
 
 
 def test_a_sequence_gets_the_same_output_whatever_its_batch_mates():
     layout, cache, table, batch, q, k, v = decode_case(3, [600, 5, 300], 3, 3, 64, 4, torch.bfloat16)
-    backend = PagedCpuAttentionBackend(layout, load_kernel())
+    backend = PagedCpuAttentionBackend(layout, load_kernel(layout))
     together = run(backend, copy_of(cache), table, batch, q, k, v)
     rows = batch.req_pool_indices.tolist()
     alone = ForwardBatch.build([rows[0]], [599], [[7]], table, CPU)
@@ -123,7 +123,7 @@ def test_steps_with_prompt_tokens_attend_and_write_as_torch_native_does(
     q, k, v = fused.split([num_kv_heads * group, num_kv_heads, num_kv_heads], dim=1)
     reference_cache, kernel_cache = copy_of(cache), copy_of(cache)
     expected = run(TorchNativeAttentionBackend(layout), reference_cache, table, batch, q, k, v)
-    got = run(PagedCpuAttentionBackend(layout, load_kernel()), kernel_cache, table, batch, q, k, v)
+    got = run(PagedCpuAttentionBackend(layout, load_kernel(layout)), kernel_cache, table, batch, q, k, v)
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
     assert_same_cache(kernel_cache, reference_cache)
 
