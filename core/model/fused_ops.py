@@ -32,6 +32,7 @@ class CpuFusedOps:
     """The C functions, over bfloat16 tensors whose last dimension is contiguous."""
 
     def __init__(self, library: ctypes.CDLL):
+        self.library = library
         self.add_rms_norm = library.tercet_add_rms_norm
         self.add_rms_norm.argtypes = [_P, _I64, _P, _I64, _P, _F, _I64, _I64, _P, _I64]
         self.silu_mul_rows = library.tercet_silu_mul
@@ -40,6 +41,11 @@ class CpuFusedOps:
         self.rotary_rows.argtypes = [_P, _I64, _I64, _I64, _I64, _P, _P, _P]
         for function in (self.add_rms_norm, self.silu_mul_rows, self.rotary_rows):
             function.restype = None
+
+    def function_address(self, step: str) -> int:
+        """The address of a step's C function (``norm``, ``silu_mul`` or ``rotary``), for a caller in C."""
+        names = {"norm": "tercet_add_rms_norm", "silu_mul": "tercet_silu_mul", "rotary": "tercet_rotary"}
+        return ctypes.cast(getattr(self.library, names[step]), ctypes.c_void_p).value
 
     def rms_norm(self, hidden: torch.Tensor, weight: torch.Tensor, eps: float,
                  addend: torch.Tensor | None = None) -> torch.Tensor:

@@ -25,6 +25,7 @@ from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.fused_ops import CpuFusedOps
 from tercet.model.kv_cache import PagedKVCache
+from tercet.model.native_layers import NativeLayers
 from tercet.model.rotary import RopeSettings, RotaryEmbedding, apply_rotary
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 
@@ -223,6 +224,7 @@ class LlamaForCausalLM(nn.Module):
         self.attention_backend: AttentionBackend | None = None
         self.kv_cache: PagedKVCache | None = None
         self.fused_ops: CpuFusedOps | None = None
+        self.native_layers: NativeLayers | None = None
 
     def use_fused_ops(self, fused_ops: CpuFusedOps | None) -> None:
         """Run each layer's norms, SiLU·mul and rotary on ``fused_ops`` (None: torch's ops)."""
@@ -234,6 +236,8 @@ class LlamaForCausalLM(nn.Module):
     def attach(self, attention_backend: AttentionBackend, kv_cache: PagedKVCache) -> None:
         self.attention_backend = attention_backend
         self.kv_cache = kv_cache
+        # Every layer in one C call where every part of a layer runs in C; None: layer by layer.
+        self.native_layers = NativeLayers.build(self, attention_backend, kv_cache)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Run one step; the backend must already be prepared for ``batch``."""
@@ -262,6 +266,8 @@ class LlamaForCausalLM(nn.Module):
         # The fused path rotates from the tables by position itself.
         cos, signed_sin = (None, None) if self.fused_ops is not None else self.rotary.cos_sin(batch.positions)
         hidden = self.embed(batch.input_ids)
+        if self.native_layers is not None:
+            return self.native_layers.run(hidden.contiguous(), batch.positions)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
         return hidden

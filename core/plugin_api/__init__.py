@@ -44,6 +44,7 @@ from tercet.ipc.messages import (
 from tercet.model.architecture import EncoderArchitecture, ModelArchitecture
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.linear_method import LinearMethod, LinearTarget
+from tercet.model.native_calls import NativeAttention, NativeMatmul
 from tercet.plugin_host.compatibility import API_VERSION
 from tercet.plugin_host.hookspecs import hookimpl
 from tercet.plugin_host.native_build import NativeBuildError, NativeSource
@@ -89,7 +90,9 @@ __all__ = [
     "MessageOverLimitsError",
     "MessageRegistry",
     "ModelArchitecture",
+    "NativeAttention",
     "NativeBuildError",
+    "NativeMatmul",
     "NativeSource",
     "PrefixCacheView",
     "RequestError",

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tercet.plugin_api import NativeBuildError, NativeSource, load_native_library
+from tercet.plugin_api import NativeBuildError, NativeMatmul, NativeSource, load_native_library
 from tercet.plugin_api.model import BLOCK_SIZE, BlockQuantized
 
 logger = logging.getLogger(__name__)
@@ -125,6 +125,13 @@ class KernelBlockLinear(nn.Module):
         if self.bias is not None:
             out = out + self.bias
         return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+
+    def native_matmul(self) -> NativeMatmul | None:
+        """This layer for a caller in C (the model's layers in one call); none with a bias, which the kernel does not add."""
+        if self.bias is not None:
+            return None
+        return NativeMatmul(ctypes.cast(self.kernel, ctypes.c_void_p).value, self.units_pointer, self.kind_code,
+                            self.out_features, self.in_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, {self.type_name}, block kernel"

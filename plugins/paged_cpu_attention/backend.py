@@ -21,7 +21,7 @@ import ctypes
 
 import torch
 
-from tercet.plugin_api import AttentionBackend, AttentionLayout
+from tercet.plugin_api import AttentionBackend, AttentionLayout, NativeAttention
 from tercet.plugin_api.model import ForwardBatch, PagedKVCache
 
 # Keys one work item attends over before its result joins the others': fixed, so that a
@@ -59,6 +59,14 @@ class PagedCpuAttentionBackend(AttentionBackend):
             # Every new token as its own decode row (see the module's text).
             rows = batch.req_pool_indices.repeat_interleave(batch.extend_lens, output_size=batch.num_tokens)
             self.decode = (req_to_token, rows, batch.positions + 1, batch.out_cache_loc.contiguous())
+
+    def native_attention(self) -> NativeAttention:
+        """The kernel for a caller in C (the model's layers in one call), reading :meth:`native_step`'s rows."""
+        return NativeAttention(ctypes.cast(self.kernel, ctypes.c_void_p).value, SPLIT_KEYS)
+
+    def native_step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This step's kernel rows, as :meth:`prepare` left them: the table, each row's sequence, keys and slot."""
+        return self.decode
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: ForwardBatch,
