@@ -27,13 +27,15 @@ from tercet.bench.offline_tercet import CollectingSender, TercetOfflineEngine
 from tercet.formats.default_model import find_default_gguf
 from tercet.ipc.messages import TokenizedGenerateReq
 from tercet.model.fused_ops import CpuFusedOps
+from tercet.model.native_layers import NativeLayers
 from tercet.plugins.linear_layers.block_matmul import KernelBlockLinear
 from tercet.plugins.paged_cpu_attention.backend import PagedCpuAttentionBackend
 from tercet.sampling_params import SamplingParams
 
 # Parts whose work runs outside torch's ops (ctypes calls): labelled so the profile sees them.
 LABELLED = {
-    (KernelBlockLinear, "forward"): "block kernel (linear layers)",
+    (NativeLayers, "run"): "every layer in one C call (block kernel, attention, fused steps)",
+    (KernelBlockLinear, "forward"): "block kernel, called from Python (the LM head; every layer without the one call)",
     (PagedCpuAttentionBackend, "forward"): "paged decode attention",
     (CpuFusedOps, "rms_norm"): "fused RMSNorm (+ residual add)",
     (CpuFusedOps, "silu_mul"): "fused SiLU·mul",
