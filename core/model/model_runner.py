@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -21,12 +22,14 @@ from tercet.formats.checkpoint import Checkpoint, open_checkpoint
 from tercet.formats.pooling_spec import Pooling, resolve_pooling
 from tercet.formats.weight_formats import BLOCK_FORMATS
 from tercet.model.architecture import ModelArchitecture, choose_architecture
+from tercet.model.attention import AttentionLayout
 from tercet.model.components import ModelComponents
 from tercet.model.determinism import require_batch_invariant_layers
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.fused_ops import cpu_fused_ops_for
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
+from tercet.model.native_layers import load_layers_runner
 from tercet.model.pooling import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport
@@ -74,17 +77,30 @@ class ModelRunner:
         shape = self.architecture.shape(self.config)
         shards = LlamaShards.of(shape, tp)
         self._size_kv_pool(shape, shards, cache, model.kv_cache_memory)
-        self.model, self.load_report = self.load_model(self.checkpoint)
+        layout = AttentionLayout(shards.local_heads, shards.local_kv_heads, shape.head_dim, shape.num_layers,
+                                 self.device, self.dtype, deterministic=model.deterministic)
+        with ThreadPoolExecutor(1, thread_name_prefix="tercet-kernels-ahead") as ahead:
+            # A first start compiles the attention backend's and the layers' C kernels while the
+            # weights load (the compiler runs in its own process), not one after the other.
+            backend = ahead.submit(self._attention_backend_ahead, components.attention_backend, layout)
+            self.model, self.load_report = self.load_model(self.checkpoint)
         self.vocab_size, self.embedding_size = shape.vocab_size, shape.hidden_size
         self._allocate_kv_memory(shape, shards, max_running_requests)
         if model.deterministic:
             require_batch_invariant_layers(self.model)
-        layout = dataclasses.replace(self.model.attention_layout(), deterministic=model.deterministic)
-        self.attention_backend = components.attention_backend(layout)
+        model_layout = dataclasses.replace(self.model.attention_layout(), deterministic=model.deterministic)
+        self.attention_backend = (backend.result() if model_layout == layout
+                                  else components.attention_backend(model_layout))
         self.model.attach(self.attention_backend, self.kv_cache)
         self.eos_token_ids = self.checkpoint.eos_token_ids()
         # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
         self.pooling = self._pooling_of(model.pooling)
+
+    def _attention_backend_ahead(self, create_backend, layout: AttentionLayout):
+        """The attention backend for ``layout``, after loading the C steps the layers will call."""
+        if cpu_fused_ops_for(self.device, self.dtype, self.linear_methods.native_kernels) is not None:
+            load_layers_runner()
+        return create_backend(layout)
 
     def _open_decoder_checkpoint(self, model_path: str | Path, architectures) -> None:
         """The checkpoint, and the decoder architecture its plugin registered, which builds and loads the model."""

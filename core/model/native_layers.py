@@ -58,7 +58,8 @@ class _Step(ctypes.Structure):
 
 
 @functools.cache
-def _runner():
+def load_layers_runner():
+    """The runner's C function, built first if this machine has none (None where it cannot be built)."""
     try:
         function = load_library(SOURCE).tercet_run_layers
     except NativeBuildError as error:
@@ -114,7 +115,7 @@ class NativeLayers:
         """The program of ``model`` (a :class:`tercet.model.llama.LlamaForCausalLM` with its fused ops
         set), or None where any part of a layer does not run in C."""
         attention = _attention_of(backend)
-        runner = _runner() if attention is not None and _runs_in_bfloat16_alone(model, kv_cache) else None
+        runner = load_layers_runner() if attention is not None and _runs_in_bfloat16_alone(model, kv_cache) else None
         if runner is None:
             return None
         layers = [_layer_of(layer, kv_cache.k_buffers[i], kv_cache.v_buffers[i])

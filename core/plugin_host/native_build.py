@@ -23,6 +23,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -120,12 +121,25 @@ def build_library(source: NativeSource, target: Path) -> Path:
     return target
 
 
+_BUILD_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _build_lock(path: Path) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _BUILD_LOCKS.setdefault(path, threading.Lock())
+
+
 def load_library(source: NativeSource, cache_dir: Path | None = None) -> ctypes.CDLL:
-    """The library of ``source``, built first if this machine has no copy yet."""
+    """The library of ``source``, built first if this machine has no copy yet.
+
+    Threads of one process asking for the same library wait for one build (a model runner
+    builds some kernels ahead, on a thread, while its weights load)."""
     try:
         path = library_path(source, cache_dir)
-        if not path.exists():
-            build_library(source, path)
+        with _build_lock(path):
+            if not path.exists():
+                build_library(source, path)
         return ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError) as error:
         raise NativeBuildError(f"{source.file_name} cannot be built or loaded: {error}") from None

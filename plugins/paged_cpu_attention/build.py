@@ -12,9 +12,8 @@ reason: the backend then runs as ``torch_native`` does, and says so once.
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 from tercet.plugin_api import AttentionLayout, NativeBuildError, NativeSource, load_native_library
 
