@@ -9,6 +9,7 @@ with the q/k row order the GGUF converter changed for its rotary put back.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 import torch
 
 from tercet.errors import ConfigError
-from tercet.formats.weight_formats import checkpoint_formats
+from tercet.formats.weight_formats import checkpoint_formats, gguf_formats
 
 GGUF_SUFFIX = ".gguf"
 
@@ -56,21 +57,28 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     """The checkpoint at ``path``; a ConfigError naming the problem when there is none."""
     path = Path(path)
     if is_gguf(path):
-        from tercet.formats.gguf_file import GgufFile
-        from tercet.formats.gguf_llama import config_from_gguf
-
         if not path.is_file():
             raise ConfigError(f"GGUF file {str(path)!r} does not exist")
-        with GgufFile(path) as gguf:
-            _check_tensor_types(gguf)
-            config = config_from_gguf(gguf)
-        return Checkpoint(path, config, checkpoint_formats(path))
+        status = path.stat()
+        return _open_gguf_checkpoint(path, status.st_mtime_ns, status.st_size)
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path} is not a checkpoint directory (no config.json) nor a .gguf file")
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(path))
     return Checkpoint(path, config, checkpoint_formats(path))
+
+
+@functools.lru_cache(maxsize=4)
+def _open_gguf_checkpoint(path: Path, mtime_ns: int, size: int) -> Checkpoint:
+    """Read once per process and version of the file: a scheduler's start asks three times (which
+    architecture, the runner, the weights' formats), and each read parses the whole vocabulary."""
+    from tercet.formats.gguf_file import GgufFile
+    from tercet.formats.gguf_llama import config_from_gguf
+
+    with GgufFile(path) as gguf:
+        _check_tensor_types(gguf)
+        return Checkpoint(path, config_from_gguf(gguf), gguf_formats(gguf))
 
 
 def _check_tensor_types(gguf) -> None:

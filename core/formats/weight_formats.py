@@ -22,7 +22,7 @@ def checkpoint_formats(path: str | Path) -> dict[str, int]:
         from tercet.formats.gguf_file import GgufFile
 
         with GgufFile(path) as gguf:
-            return dict(collections.Counter(tensor.type_name for tensor in gguf.tensors.values()))
+            return gguf_formats(gguf)
     formats: collections.Counter[str] = collections.Counter()
     for file_path in sorted(path.glob("*.safetensors")):
         with open(file_path, "rb") as file:
@@ -30,6 +30,11 @@ def checkpoint_formats(path: str | Path) -> dict[str, int]:
             header = json.loads(file.read(header_length))
         formats.update(entry["dtype"] for name, entry in header.items() if name != "__metadata__")
     return dict(formats) or {"pytorch": 1}
+
+
+def gguf_formats(gguf) -> dict[str, int]:
+    """``{GGUF type name: number of tensors}`` of an open :class:`tercet.formats.gguf_file.GgufFile`."""
+    return dict(collections.Counter(tensor.type_name for tensor in gguf.tensors.values()))
 
 
 def method_for_format(tensor_format: str, quantization: str) -> str:
