@@ -11,9 +11,14 @@
  * - 4-bit codes q become the bfloat16 number 128 + q by OR-ing 0x4300 into the nibble
  *   (128..255 are exact in bfloat16). Then, with s = Σ x over the block,
  *   Σ (d q + m) x = d Σ (128 + q) x + (m − 128 d) s.
- * - 8-bit codes are converted through float32: Σ d q x = d Σ q x.
+ * - 8-bit codes run as integers: each block of a row of x is quantized to int8 (xq, with
+ *   sx = max |x| / 127), the codes are stored as u = q + 128, and AVX-512 VNNI's byte dot
+ *   product sums four u·xq a lane. Then Σ d q x ≈ d sx (Σ u xq − 128 Σ xq), the integer
+ *   sum exact. Widening 8-bit codes to bfloat16 took 7 instructions a register, which made
+ *   the Q8_0 LM head at one row twice as slow a weight as the 4-bit layers; this takes none.
+ *   The quantization of x costs up to max |x| / 254 an element (as llama.cpp's q8_0 does).
  *
- * A unit's codes are widened once for every row of x, so the cost of widening shrinks as
+ * A 4-bit unit's codes are widened once for every row of x, so the cost of widening shrinks as
  * the batch grows, while the bytes read stay those of the file: at one row the kernel is
  * as fast as memory gives the codes, at 32 rows it does the same multiply-adds as a dense
  * bfloat16 matmul over a quarter of the bytes. Output columns are spread over OpenMP
@@ -24,13 +29,14 @@
  * the same formulas (and with -DTERCET_PORTABLE, for tests); tercet then uses torch's kernels
  * instead (see tercet_block_matmul_vectorized).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tercet_bfloat16.h"
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && !defined(TERCET_PORTABLE)
+#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && !defined(TERCET_PORTABLE)
 #include <immintrin.h>
 #define VECTORIZED 1
 #else
@@ -78,11 +84,12 @@ static inline float half_to_float(uint16_t half) {
     return out;
 }
 
-/* The code of column c at input k (0..31) of a unit, as the layout stores it: register j = k / 2
- * holds lane 2c + k % 2; Q4 keeps registers 4g..4g+3 as the four nibbles of 16-bit lanes. */
+/* The code of column c at input k (0..31) of a unit, as the layout stores it. Q4: register
+ * j = k / 2 holds lane 2c + k % 2, registers 4g..4g+3 as the four nibbles of 16-bit lanes. Q8:
+ * register k / 4 holds q + 128 at byte 4c + k % 4 (four inputs of a column a 32-bit lane). */
 static inline int code_at(const uint8_t *unit, int kind, int c, int k) {
+    if (kind == Q8) return (int)unit[(k / 4) * 64 + c * 4 + k % 4] - 128;
     int j = k / 2, lane = c * 2 + k % 2;
-    if (kind == Q8) return (int8_t)unit[j * 32 + lane];
     const uint8_t *word = unit + (j / 4) * 64 + lane * 2;
     int value = word[0] | word[1] << 8;
     return (value >> (4 * (j % 4))) & 0x0f;
@@ -103,7 +110,7 @@ void tercet_block_pack_codes(const uint8_t *codes, int64_t n, int64_t k, int kin
                 for (int i = 0; i < BLOCK; i++) {
                     int j = i / 2, lane = c * 2 + i % 2;
                     if (kind == Q8) {
-                        unit[j * 32 + lane] = row[i];
+                        unit[(i / 4) * 64 + c * 4 + i % 4] = (uint8_t)(row[i] ^ 0x80); /* q + 128 */
                     } else {
                         uint8_t *word = unit + (j / 4) * 64 + lane * 2; /* little-endian 16-bit lane */
                         int shift = 4 * (j % 4);
@@ -120,6 +127,31 @@ static void block_sums(const uint16_t *x, int64_t x_stride, int64_t rows, int64_
         for (int64_t b = 0; b < blocks; b++) {
             float total = 0.0f;
             for (int k = 0; k < BLOCK; k++) total += bf16_to_float(x[r * x_stride + b * BLOCK + k]);
+            sums[r * blocks + b] = total;
+        }
+}
+
+/* Each block of each row of x as int8 for the Q8 codes: xq = round(x / sx) with sx = max |x| / 127,
+ * block-major ([block][row][32], as `blocked` is), with sx and Σ xq per [row][block]. Both builds
+ * quantize here, so they multiply the same integers. */
+static void quantize_rows(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t blocks, int8_t *xq,
+                          float *scales, int32_t *sums) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < blocks; b++) {
+            const uint16_t *values = x + r * x_stride + b * BLOCK;
+            float largest = 0.0f;
+            for (int k = 0; k < BLOCK; k++) {
+                float magnitude = fabsf(bf16_to_float(values[k]));
+                largest = magnitude > largest ? magnitude : largest;
+            }
+            float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
+            int8_t *out = xq + (b * rows + r) * BLOCK;
+            int32_t total = 0;
+            for (int k = 0; k < BLOCK; k++) {
+                out[k] = (int8_t)lrintf(bf16_to_float(values[k]) * inverse);
+                total += out[k];
+            }
+            scales[r * blocks + b] = largest / 127.0f;
             sums[r * blocks + b] = total;
         }
 }
@@ -152,15 +184,33 @@ static void tile_portable(const uint16_t *x, int64_t x_stride, int64_t rows, con
     }
 }
 
+
+/* Q8 units against the quantized rows (see quantize_rows): the integer sums, then d sx once a block. */
+static void tile_q8_portable(const int8_t *xq, int64_t rows, const uint8_t *units, int64_t blocks,
+                             const float *scales, float *acc) {
+    int64_t bytes = unit_bytes(Q8);
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *unit = units + b * bytes;
+        const uint16_t *halves = (const uint16_t *)(unit + 512);
+        for (int c = 0; c < COLUMNS; c++) {
+            float d = half_to_float(halves[c]);
+            for (int64_t r = 0; r < rows; r++) {
+                const int8_t *xr = xq + (b * rows + r) * BLOCK;
+                int32_t dot = 0;
+                for (int k = 0; k < BLOCK; k++) dot += code_at(unit, Q8, c, k) * xr[k];
+                acc[r * COLUMNS + c] = fmaf(d * scales[r * blocks + b], (float)dot, acc[r * COLUMNS + c]);
+            }
+        }
+    }
+}
 #endif
 
 #if VECTORIZED
-/* Half a unit's codes (inputs 16 half .. 16 half + 15) widened into 8 registers: register j
- * holds inputs 16 half + 2j and + 2j + 1 of the 16 columns. Q4: each 16-bit lane of a 64-byte
- * load holds four registers' nibbles, and (lane & 0xf) | 0x4300 is one ternary-logic op. */
-static inline __attribute__((always_inline)) void widen_half(const uint8_t *unit, int kind, int half,
-                                                             __m512i codes[8]) {
-    if (kind == Q4) {
+/* Half a 4-bit unit's codes (inputs 16 half .. 16 half + 15) widened into 8 registers: register j
+ * holds inputs 16 half + 2j and + 2j + 1 of the 16 columns. Each 16-bit lane of a 64-byte load
+ * holds four registers' nibbles, and (lane & 0xf) | 0x4300 is one ternary-logic op. */
+static inline __attribute__((always_inline)) void widen_half(const uint8_t *unit, int half, __m512i codes[8]) {
+    {
         const __m512i nibble = _mm512_set1_epi16(0x0f), bias = _mm512_set1_epi16(0x4300);
 #pragma GCC unroll 2
         for (int group = 0; group < 2; group++) {
@@ -170,14 +220,6 @@ static inline __attribute__((always_inline)) void widen_half(const uint8_t *unit
             codes[4 * group + 2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(lanes, 8), nibble, bias, 0xEA);
             codes[4 * group + 3] = _mm512_or_si512(_mm512_srli_epi16(lanes, 12), bias);
         }
-        return;
-    }
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        const uint8_t *pair = unit + (8 * half + j) * 32;
-        __m512 low = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)pair)));
-        __m512 high = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(pair + 16))));
-        codes[j] = (__m512i)_mm512_cvtne2ps_pbh(high, low);
     }
 }
 
@@ -216,8 +258,8 @@ static inline __attribute__((always_inline)) void rows_against_units(
 #pragma GCC unroll 2
     for (int half = 0; half < 2; half++) {
         __m512i codes_left[8], codes_right[8];
-        widen_half(left, kind, half, codes_left);
-        widen_half(right, kind, half, codes_right);
+        widen_half(left, half, codes_left);
+        widen_half(right, half, codes_right);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
 #pragma GCC unroll 5
@@ -263,51 +305,141 @@ static inline __attribute__((always_inline)) void tiles_of_kind(
     }
 }
 
-/* Two tiles of 16 columns (``right`` may be ``left`` again, its sums then thrown away), with one
- * copy of the loops per kind, the kind's branches folded away. */
-static void tiles_vectorized(const uint16_t *x, int64_t rows, const uint8_t *left,
-                             const uint8_t *right, int64_t blocks, int kind, const float *sums, float *acc_left,
-                             float *acc_right) {
-    if (kind == Q4)
-        tiles_of_kind(x, rows, left, right, blocks, Q4, sums, acc_left, acc_right);
-    else
-        tiles_of_kind(x, rows, left, right, blocks, Q8, sums, acc_left, acc_right);
+/* Two 4-bit tiles of 16 columns (``right`` may be ``left`` again, its sums then thrown away). */
+static void tiles_vectorized(const uint16_t *x, int64_t rows, const uint8_t *left, const uint8_t *right,
+                             int64_t blocks, const float *sums, float *acc_left, float *acc_right) {
+    tiles_of_kind(x, rows, left, right, blocks, Q4, sums, acc_left, acc_right);
+}
+
+/* Two Q8 tiles against the quantized rows: per block, the 16 code registers are loaded once and
+ * every row's four-input byte dot products (VNNI) are summed as integers, exactly. */
+static void tiles_q8_vectorized(const int8_t *xq, int64_t rows, const uint8_t *left, const uint8_t *right,
+                                int64_t blocks, const float *scales, const int32_t *sums, float *acc_left,
+                                float *acc_right) {
+    const int64_t bytes = unit_bytes(Q8);
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *unit_left = left + b * bytes, *unit_right = right + b * bytes;
+        for (int64_t line = 0; line < bytes; line += 64) {
+            _mm_prefetch((const char *)(unit_left + PREFETCH_UNITS * bytes + line), _MM_HINT_T0);
+            _mm_prefetch((const char *)(unit_right + PREFETCH_UNITS * bytes + line), _MM_HINT_T0);
+        }
+        __m512i codes_left[8], codes_right[8];
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            codes_left[g] = _mm512_loadu_si512((const void *)(unit_left + g * 64));
+            codes_right[g] = _mm512_loadu_si512((const void *)(unit_right + g * 64));
+        }
+        const __m512 d_left = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit_left + 512)));
+        const __m512 d_right = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit_right + 512)));
+        for (int64_t r = 0; r < rows; r++) {
+            const int8_t *xr = xq + (b * rows + r) * BLOCK;
+            __m512i dot_left = _mm512_setzero_si512(), dot_right = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) {
+                int32_t four;
+                memcpy(&four, xr + 4 * g, 4);
+                const __m512i inputs = _mm512_set1_epi32(four);
+                dot_left = _mm512_dpbusd_epi32(dot_left, codes_left[g], inputs);
+                dot_right = _mm512_dpbusd_epi32(dot_right, codes_right[g], inputs);
+            }
+            /* Σ (q + 128) xq - 128 Σ xq = Σ q xq */
+            const __m512i offset = _mm512_set1_epi32(128 * sums[r * blocks + b]);
+            const __m512 sx = _mm512_set1_ps(scales[r * blocks + b]);
+            float *out_left = acc_left + r * COLUMNS, *out_right = acc_right + r * COLUMNS;
+            _mm512_storeu_ps(out_left, _mm512_fmadd_ps(_mm512_mul_ps(d_left, sx),
+                                                       _mm512_cvtepi32_ps(_mm512_sub_epi32(dot_left, offset)),
+                                                       _mm512_loadu_ps(out_left)));
+            _mm512_storeu_ps(out_right, _mm512_fmadd_ps(_mm512_mul_ps(d_right, sx),
+                                                        _mm512_cvtepi32_ps(_mm512_sub_epi32(dot_right, offset)),
+                                                        _mm512_loadu_ps(out_right)));
+        }
+    }
 }
 #endif
+
+/* One chunk of rows of x made ready for the tiles: Q4 reads them block-major (`blocked`) with
+ * each block's Σ x (`sums`); Q8 reads them quantized (`xq`, with sx in `sums`, Σ xq in `int_sums`). */
+typedef struct {
+    float *sums;
+    uint16_t *blocked;
+    int8_t *xq;
+    int32_t *int_sums;
+} Rows;
+
+static void free_rows(Rows *prepared) {
+    free(prepared->sums);
+    free(prepared->blocked);
+    free(prepared->xq);
+    free(prepared->int_sums);
+}
+
+static int allocate_rows(int64_t rows, int64_t k, Rows *prepared) {
+    int64_t most = rows < ROW_CHUNK ? rows : ROW_CHUNK, blocks = k / BLOCK;
+    prepared->sums = malloc(sizeof(float) * (size_t)(most * blocks + 1));
+    prepared->blocked = malloc(sizeof(uint16_t) * (size_t)(most * k + 1));
+    prepared->xq = malloc((size_t)(most * k + 1));
+    prepared->int_sums = malloc(sizeof(int32_t) * (size_t)(most * blocks + 1));
+    if (prepared->sums && prepared->blocked && prepared->xq && prepared->int_sums) return 0;
+    free_rows(prepared);
+    return 1;
+}
+
+static void prepare_rows(const uint16_t *xc, int64_t x_stride, int64_t count, int64_t blocks, int kind,
+                         Rows *prepared) {
+    if (kind == Q8) {
+        quantize_rows(xc, x_stride, count, blocks, prepared->xq, prepared->sums, prepared->int_sums);
+        return;
+    }
+    block_sums(xc, x_stride, count, blocks, prepared->sums);
+    /* Block-major, so that a group of rows of one block is one run of memory. */
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t r = 0; r < count; r++)
+            memcpy(prepared->blocked + (b * count + r) * BLOCK, xc + r * x_stride + b * BLOCK,
+                   BLOCK * sizeof(uint16_t));
+}
+
+/* The tiles `left` and `right` (the same tile when it is the last, odd one) into acc. */
+static void multiply_tiles(const uint16_t *xc, int64_t x_stride, int64_t count, const uint8_t *left,
+                           const uint8_t *right, int64_t blocks, int kind, const Rows *prepared, float *acc_left,
+                           float *acc_right) {
+#if VECTORIZED
+    (void)xc;
+    (void)x_stride;
+    if (kind == Q8)
+        tiles_q8_vectorized(prepared->xq, count, left, right, blocks, prepared->sums, prepared->int_sums, acc_left,
+                            acc_right);
+    else
+        tiles_vectorized(prepared->blocked, count, left, right, blocks, prepared->sums, acc_left, acc_right);
+#else
+    for (int side = 0; side < (right != left ? 2 : 1); side++) {
+        const uint8_t *units = side ? right : left;
+        float *acc = side ? acc_right : acc_left;
+        if (kind == Q8)
+            tile_q8_portable(prepared->xq, count, units, blocks, prepared->sums, acc);
+        else
+            tile_portable(xc, x_stride, count, units, blocks, kind, prepared->sums, acc);
+    }
+#endif
+}
 
 /* x: [rows, K] bfloat16 with row stride x_stride; units: [ceil(N / 16), K / 32] units of the
  * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, or 1 when out of memory. */
 int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
                         int kind, int64_t n, uint16_t *y, int64_t y_stride) {
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
-    float *sums = malloc(sizeof(float) * (size_t)((rows < ROW_CHUNK ? rows : ROW_CHUNK) * blocks + 1));
-    uint16_t *blocked = malloc(sizeof(uint16_t) * (size_t)((rows < ROW_CHUNK ? rows : ROW_CHUNK) * k + 1));
-    if (!sums || !blocked) {
-        free(sums);
-        free(blocked);
-        return 1;
-    }
+    Rows prepared;
+    if (allocate_rows(rows, k, &prepared)) return 1;
     for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
         int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
         const uint16_t *xc = x + first * x_stride;
-        if (kind == Q4) block_sums(xc, x_stride, count, blocks, sums);
-        /* Block-major, so that a group of rows of one block is one run of memory. */
-        for (int64_t b = 0; b < blocks; b++)
-            for (int64_t r = 0; r < count; r++)
-                memcpy(blocked + (b * count + r) * BLOCK, xc + r * x_stride + b * BLOCK, BLOCK * sizeof(uint16_t));
+        prepare_rows(xc, x_stride, count, blocks, kind, &prepared);
 #pragma omp parallel for schedule(static)
         for (int64_t pair = 0; pair < (tiles + 1) / 2; pair++) {
             float acc[2][COLUMNS * ROW_CHUNK];
             memset(acc, 0, sizeof acc);
             int64_t left = 2 * pair, right = left + 1 < tiles ? left + 1 : left;
-#if VECTORIZED
-            tiles_vectorized(blocked, count, units + left * blocks * bytes, units + right * blocks * bytes,
-                             blocks, kind, sums, acc[0], acc[1]);
-#else
-            tile_portable(xc, x_stride, count, units + left * blocks * bytes, blocks, kind, sums, acc[0]);
-            if (right != left)
-                tile_portable(xc, x_stride, count, units + right * blocks * bytes, blocks, kind, sums, acc[1]);
-#endif
+            multiply_tiles(xc, x_stride, count, units + left * blocks * bytes, units + right * blocks * bytes, blocks,
+                           kind, &prepared, acc[0], acc[1]);
             for (int64_t side = 0; side < (right != left ? 2 : 1); side++) {
                 int64_t tile = left + side, width = n - tile * COLUMNS < COLUMNS ? n - tile * COLUMNS : COLUMNS;
                 for (int64_t r = 0; r < count; r++)
@@ -316,7 +448,6 @@ int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64
             }
         }
     }
-    free(sums);
-    free(blocked);
+    free_rows(&prepared);
     return 0;
 }

@@ -4,7 +4,9 @@ The vectorized build (AVX-512 BF16, where this CPU has it) and the portable
 C build of the same source both read the layout :func:`pack_units` writes.
 Each output is a float32 sum rounded once to bfloat16, so it stays within a
 bfloat16 step (2**-8 relative) of the dequantized product plus the float32
-error of a 32-term sum; a wrong nibble, scale or min is far outside that.
+error of a 32-term sum, and for Q8_0, which multiplies x quantized to int8 a
+block, plus that quantization's error (max |x| / 254 of the block an element);
+a wrong nibble, code, scale or min is far outside that.
 A row's result is the same, bit for bit, whatever rows it shares a call with.
 """
 
@@ -48,11 +50,22 @@ def _block(type_name: str, rows: int, columns: int, seed: int) -> BlockQuantized
     return quantize_blocks(weight, type_name)
 
 
+def _x_quantization_bound(x: torch.Tensor, block: BlockQuantized) -> torch.Tensor:
+    """Q8_0 multiplies x quantized to int8 a block: each element moves by at most max |x| / 254
+    of its block (less a little for the rounding of sx); 0 for the 4-bit kinds, which do not."""
+    if block.type_name != "Q8_0":
+        return torch.zeros(())
+    largest = x.float().view(x.shape[0], -1, 32).abs().amax(dim=-1)  # [rows, blocks]
+    per_element = (largest / 250).repeat_interleave(32, dim=1)
+    return per_element @ block.dequantize().abs().t()
+
+
 def _within_bfloat16_rounding(got: torch.Tensor, x: torch.Tensor, block: BlockQuantized) -> None:
     expected = x.float() @ block.dequantize().double().t().float()
     scale = x.float().abs() @ block.dequantize().abs().t()  # bounds the float32 error of the sums
     error = (got.float() - expected).abs()
-    assert (error <= expected.abs() * 2**-8 + scale * 1e-5 + 1e-6).all(), f"largest error {error.max():.3g}"
+    bound = (expected.abs() + _x_quantization_bound(x, block)) * 2**-8 + _x_quantization_bound(x, block)
+    assert (error <= bound + scale * 1e-5 + 1e-6).all(), f"largest error {error.max():.3g}"
 
 
 @settings(max_examples=30, deadline=None)
@@ -71,6 +84,30 @@ def test_the_kernel_equals_the_dequantized_weights_within_bfloat16_rounding(
     got = KernelBlockLinear(block, None, kernel)(x)
     assert got.dtype == torch.bfloat16 and got.shape == (rows, columns_out)
     _within_bfloat16_rounding(got, x, block)
+
+
+def _q8_integer_reference(x: torch.Tensor, block: BlockQuantized) -> torch.Tensor:
+    """What the Q8_0 kernel computes, in float64: per block, d · sx · Σ q · xq with xq = round(x / sx)."""
+    blocks = x.float().view(x.shape[0], -1, 32)
+    largest = blocks.abs().amax(dim=-1, keepdim=True)
+    inverse = torch.where(largest > 0, torch.tensor(127.0) / largest, torch.zeros(()))
+    xq = torch.round(blocks * inverse)  # float32 products, rounded half to even, as lrintf does
+    sx = largest / 127.0
+    codes = block.codes.view(torch.int8).double().view(block.shape[0], -1, 32)  # [n, blocks, 32]
+    dots = torch.einsum("rbk,nbk->rnb", xq.double(), codes)
+    factors = block.scales.float()[None] * sx.squeeze(-1)[:, None]  # d · sx in float32, as the kernel does
+    return (dots * factors.double()).sum(dim=-1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.integers(1, 12), columns_out=st.integers(1, 40), blocks=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_q8_multiplies_x_quantized_to_int8_a_block(kernel, rows, columns_out, blocks, seed):
+    block = _block("Q8_0", columns_out, 32 * blocks, seed)
+    x = torch.randn(rows, 32 * blocks, generator=torch.Generator().manual_seed(seed + 1)).bfloat16()
+    x[0, :32] = 0  # an all-zero block: sx = 0
+    got = KernelBlockLinear(block, None, kernel)(x).double()
+    reference = _q8_integer_reference(x, block)
+    assert ((got - reference).abs() <= reference.abs() * 2**-8 + 1e-5).all()
 
 
 @pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
