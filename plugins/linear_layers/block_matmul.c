@@ -95,30 +95,55 @@ static inline int code_at(const uint8_t *unit, int kind, int c, int k) {
     return (value >> (4 * (j % 4))) & 0x0f;
 }
 
-/* Lay the codes of an [n, k] weight (uint8 0..15 for Q4, int8 for Q8, one per weight) out as
- * the codes part of its units ([ceil(n / 16), k / 32] units of unit_bytes(kind); the scales,
- * after the codes in each unit, are the caller's). Rows past n are zero codes. */
-void tercet_block_pack_codes(const uint8_t *codes, int64_t n, int64_t k, int kind, uint8_t *units) {
+/* One unit of a 4-bit tile: 4 groups of 64 bytes; group G holds, in the 16-bit lane of column c
+ * and input parity p, the codes of inputs 8G + 2t + p (t = 0..3) as its four nibbles. */
+static void pack_q4_unit(const uint8_t *codes, int64_t k, int64_t columns, uint8_t *unit) {
+    uint16_t *words = (uint16_t *)unit;
+    for (int group = 0; group < 4; group++)
+        for (int c = 0; c < COLUMNS; c++)
+            for (int parity = 0; parity < 2; parity++) {
+                uint16_t word = 0;
+                if (c < columns) {
+                    const uint8_t *row = codes + c * k + 8 * group + parity;
+                    word = (uint16_t)((row[0] & 0x0f) | (row[2] & 0x0f) << 4 | (row[4] & 0x0f) << 8 |
+                                      (row[6] & 0x0f) << 12);
+                }
+                words[group * 32 + c * 2 + parity] = word;
+            }
+}
+
+/* One unit of a Q8 tile: register g holds inputs 4g..4g+3 of column c at bytes 4c..4c+3, as q + 128. */
+static void pack_q8_unit(const uint8_t *codes, int64_t k, int64_t columns, uint8_t *unit) {
+    for (int g = 0; g < 8; g++)
+        for (int c = 0; c < COLUMNS; c++)
+            for (int i = 0; i < 4; i++)
+                unit[g * 64 + c * 4 + i] = c < columns ? (uint8_t)(codes[c * k + 4 * g + i] ^ 0x80) : 0x80;
+}
+
+/* Lay an [n, k] weight out as units ([ceil(n / 16), k / 32] units of unit_bytes(kind)): the codes
+ * (uint8 0..15 for Q4, int8 for Q8, one per weight, [n, k]), then the 16 columns' d and, for Q4,
+ * m (float16 [n, k / 32] each; `m` is NULL for Q8). Columns past n are zero codes and scales. */
+void tercet_block_pack(const uint8_t *codes, const uint16_t *d, const uint16_t *m, int64_t n, int64_t k, int kind,
+                       uint8_t *units) {
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
+    int64_t codes_bytes = kind == Q4 ? 256 : 512;
 #pragma omp parallel for schedule(static)
-    for (int64_t tile = 0; tile < tiles; tile++)
+    for (int64_t tile = 0; tile < tiles; tile++) {
+        int64_t first = tile * COLUMNS, columns = n - first < COLUMNS ? n - first : COLUMNS;
         for (int64_t b = 0; b < blocks; b++) {
             uint8_t *unit = units + (tile * blocks + b) * bytes;
-            memset(unit, 0, kind == Q4 ? 256 : 512);
-            for (int64_t c = 0; c < COLUMNS && tile * COLUMNS + c < n; c++) {
-                const uint8_t *row = codes + (tile * COLUMNS + c) * k + b * BLOCK;
-                for (int i = 0; i < BLOCK; i++) {
-                    int j = i / 2, lane = c * 2 + i % 2;
-                    if (kind == Q8) {
-                        unit[(i / 4) * 64 + c * 4 + i % 4] = (uint8_t)(row[i] ^ 0x80); /* q + 128 */
-                    } else {
-                        uint8_t *word = unit + (j / 4) * 64 + lane * 2; /* little-endian 16-bit lane */
-                        int shift = 4 * (j % 4);
-                        word[shift / 8] |= (uint8_t)((row[i] & 0x0f) << (shift % 8));
-                    }
-                }
+            const uint8_t *block_codes = codes + first * k + b * BLOCK;
+            if (kind == Q4)
+                pack_q4_unit(block_codes, k, columns, unit);
+            else
+                pack_q8_unit(block_codes, k, columns, unit);
+            uint16_t *scales = (uint16_t *)(unit + codes_bytes);
+            for (int64_t c = 0; c < COLUMNS; c++) {
+                scales[c] = c < columns ? d[(first + c) * blocks + b] : 0;
+                if (kind == Q4) scales[COLUMNS + c] = c < columns ? m[(first + c) * blocks + b] : 0;
             }
         }
+    }
 }
 
 /* Σ over each block of each row of x (float32): the Q4 formula's s. */

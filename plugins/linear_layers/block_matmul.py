@@ -45,7 +45,7 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
     ]
-    library.tercet_block_pack_codes.restype = None
+    library.tercet_block_pack.restype = None
     return library
 
 
@@ -68,33 +68,23 @@ def load_block_matmul() -> ctypes.CDLL | None:
     return _bind(library)
 
 
-def _scales_in_units(values: torch.Tensor, tiles: int) -> torch.Tensor:
-    """``[N, B]`` per-block values as ``[tiles, B, 16 * 2]`` bytes of float16, padded past N with zeros."""
-    rows, blocks = values.shape
-    padded = torch.zeros(tiles * COLUMNS, blocks, dtype=torch.float16)
-    padded[:rows] = values
-    halves = padded.view(tiles, COLUMNS, blocks).transpose(1, 2).contiguous()
-    return halves.view(torch.uint8).view(tiles, blocks, 2 * COLUMNS)
-
-
 def pack_units(block: BlockQuantized, library: ctypes.CDLL) -> torch.Tensor:
-    """``block`` in the kernel's units: uint8 ``[ceil(N / 16), K / 32, unit bytes]``; ``library``
-    (the kernel's) writes the codes in the order it widens them."""
+    """``block`` in the kernel's units: uint8 ``[ceil(N / 16), K / 32, unit bytes]``, codes then float16
+    scales; ``library`` (the kernel's) lays them out in the order it reads them."""
     rows, columns = block.shape
     tiles, blocks = -(-rows // COLUMNS), columns // BLOCK_SIZE
-    codes_bytes = 512 if block.type_name == "Q8_0" else 256
-    scales = [block.scales]
-    if block.type_name != "Q8_0":
-        scales.append(block.mins if block.mins is not None else -8 * block.scales)  # Q4_0: d (q - 8)
-    units = torch.empty(tiles, blocks, codes_bytes + 2 * COLUMNS * len(scales), dtype=torch.uint8)
+    is_q8 = block.type_name == "Q8_0"
+    units = torch.empty(tiles, blocks, (512 + 2 * COLUMNS) if is_q8 else (256 + 4 * COLUMNS), dtype=torch.uint8)
     codes = block.codes.contiguous()
-    library.tercet_block_pack_codes(
-        ctypes.c_void_p(codes.data_ptr()), ctypes.c_int64(rows), ctypes.c_int64(columns),
+    scales = block.scales.to(torch.float16).contiguous()
+    # Q4_0 has no min: d (q - 8) is d q + (-8 d), exact in float16.
+    mins = None if is_q8 else (block.mins if block.mins is not None else -8 * block.scales).to(torch.float16)
+    mins = None if mins is None else mins.contiguous()
+    library.tercet_block_pack(
+        ctypes.c_void_p(codes.data_ptr()), ctypes.c_void_p(scales.data_ptr()),
+        ctypes.c_void_p(None if mins is None else mins.data_ptr()), ctypes.c_int64(rows), ctypes.c_int64(columns),
         ctypes.c_int(KIND_CODES[block.type_name]), ctypes.c_void_p(units.data_ptr()),
     )
-    for index, values in enumerate(scales):
-        start = codes_bytes + 2 * COLUMNS * index
-        units[:, :, start:start + 2 * COLUMNS] = _scales_in_units(values, tiles)
     return units
 
 
