@@ -187,10 +187,12 @@ class TokenizerManager(EmbeddingRequests):
             return
         fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
         if fewest_tokens + max_new_tokens > self.context_len:
+            # A max_tokens that leaves no room for any prompt is that field's fault, whatever the prompt.
+            blamed = "max_tokens" if max_new_tokens >= self.context_len else param
             raise RequestError(
                 f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
                 f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
-                param,
+                blamed,
             )
 
     def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
