@@ -11,6 +11,7 @@ import pytest
 
 from tercet.ipc.messages import AbortReq, TokenizedGenerateReq
 from tercet.reasoning.parser import ReasoningFrame
+from tercet.scheduler.grammar_backend import GrammarError
 from tercet.sampling_params import SamplingParams
 from tercet.tokenizer.loading import load_tokenizer
 
@@ -278,3 +279,22 @@ def test_a_reasoning_frame_compiles_the_constraint_after_the_reasoning(harness):
     _, reasons = run(harness, TokenizedGenerateReq(
         "after", [5, 6, 7], params(regex="a+", reasoning_start="<think>", reasoning_end="</think>")))
     assert reasons["after"].status_code == 400 and "separate_reasoning" in reasons["after"].message
+
+
+def test_a_schema_without_additional_properties_gets_only_its_keys(harness, tiny_llama_dir):
+    # What `llm --schema 'name, age int'` sends: properties, and nothing about other keys.
+    schema = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}})
+    tokenizer = load_tokenizer(str(tiny_llama_dir))
+    grammars = harness.scheduler.grammars
+
+    def takes(text: str) -> bool:
+        matcher = grammars.backend.matcher(grammars._compile(("json_schema", schema, None, None)))
+        try:
+            return all(matcher.accept(token_id) for token_id in tokenizer.encode(text, add_special_tokens=False))
+        except GrammarError:
+            return False
+
+    assert takes('{"name": "Rex", "age": 3}')
+    assert not takes('{"name": "Rex", "description": "')
+    grammars.allow_extra_properties = True
+    assert takes('{"name": "Rex", "description": "')
