@@ -189,10 +189,12 @@ async def parse_chat_completion_request(
     _refuse_unsupported_chat_fields(body)
     tool_request = _parse_chat_tools(body, chat_tools)
     reasoning = reasoning if _separates_reasoning(body) else None
+    # Where the reasoning ends, for a constraint to start after it (None: it applies from the start).
+    frame = reasoning.frame if reasoning is not None else None
     logprobs, top_logprobs = _chat_logprob_flags(body)
     max_tokens_key, max_tokens = _chat_max_tokens(body)
     reserved = _reserved_tokens(max_tokens, context_len)
-    input_ids = await _chat_prompt(body, tool_request, chat_tools, tokenize_chat, reserved, reasoning is not None)
+    input_ids = await _chat_prompt(body, tool_request, chat_tools, tokenize_chat, reserved, frame is not None)
     # A forced tool call is a constraint of its own: the schema of the one call allowed.
     forced = tool_request if tool_request is not None and tool_request.is_forced else None
     params = sampling_params_from_body(
@@ -203,7 +205,7 @@ async def parse_chat_completion_request(
         top_logprobs_num=top_logprobs,
         vocab_size=vocab_size,
         forced_schema=forced.forced_call_schema() if forced is not None else None,
-        reasoning_frame=reasoning.frame if reasoning is not None else None,
+        reasoning_frame=frame,
     )
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     generate_request = GenerateRequest(params, input_ids=input_ids, stream=stream, rid=request_id)
@@ -240,14 +242,14 @@ def _reserved_tokens(max_tokens, context_len: int) -> int:
 
 
 async def _chat_prompt(body: dict, tool_request: ToolRequest | None, chat_tools, tokenize_chat, reserved: int,
-                       reasons: bool = False) -> list[int]:
+                       reasons_first: bool = False) -> list[int]:
     """The conversation's prompt tokens: its messages (and tools) through the chat template."""
     messages, tools, prefix = parse_messages(body.get("messages")), None, ""
     if chat_tools is not None:
         messages, tools = chat_tools.conversation(messages, tool_request)
         # A model that reasons first writes a forced call after its reasoning, kept to
         # the call's schema by the grammar: nothing may open the call before it.
-        prefix = "" if reasons else chat_tools.generation_prefix(tool_request)
+        prefix = "" if reasons_first else chat_tools.generation_prefix(tool_request)
     return await tokenize_chat(messages, reserved, tools, prefix)
 
 

@@ -103,6 +103,20 @@ async def test_a_json_schema_or_forced_call_applies_after_the_reasoning():
     assert manager.requests[-1].sampling_params.reasoning_end is None
 
 
+class FramelessParser(ReasoningParser):
+    """Reasoning it can split, but not describe to a grammar."""
+
+    def stream(self):
+        return TaggedReasoningParser("<think>", "</think>").stream()
+
+
+async def test_a_parser_without_a_frame_leaves_constraints_on_the_whole_output():
+    manager = reasoning_manager([piece('{"city": "Paris"}', [1], STOP)], FramelessParser())
+    await chat(manager, tools=[WEATHER], tool_choice="required")
+    assert manager.requests[-1].sampling_params.reasoning_end is None
+    assert manager.generation_prefixes[-1] == "<tool_call>\n"
+
+
 class RaisingParser(ReasoningParser):
     def stream(self):
         raise ValueError("broken plugin")
