@@ -29,6 +29,7 @@ from tercet.config_sections import (  # noqa: F401 (re-exported)
     IpcConfig,
     ModelConfig,
     ParallelConfig,
+    ReasoningConfig,
     SchedulerConfig,
     ServerConfig,
     TercetConfig,

@@ -165,6 +165,9 @@ class GrammarConfig:
     compile_workers: int = _at_least(0, 0)
     # Bytes of a constraint's text (a JSON Schema, regex or grammar) the API takes; larger is a 400.
     max_constraint_bytes: int = _at_least(128 * 1024, 1)
+    # A JSON Schema object that lists its properties and does not say additionalProperties
+    # allows no other keys (what OpenAI's strict schemas mean); true: JSON Schema's default, any.
+    allow_extra_properties: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,14 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True)
+class ReasoningConfig:
+    # The reasoning parser: how a model marks its reasoning ("none": nothing is separated).
+    parser: str = "none"
+    # The chat template opens the reasoning in the prompt: the output starts inside it.
+    starts_in_reasoning: bool = False
+
+
+@dataclass(frozen=True)
 class TercetConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -206,6 +217,7 @@ class TercetConfig:
     detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    reasoning: ReasoningConfig = field(default_factory=ReasoningConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

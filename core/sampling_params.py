@@ -105,6 +105,11 @@ class SamplingParams:
     json_schema: str | None = None
     regex: str | None = None
     ebnf: str | None = None
+    # With a constraint: the output may first reason, freely, from reasoning_start ("":
+    # the prompt opened the reasoning, so the output starts inside it) to reasoning_end;
+    # the constraint applies to what follows (tercet.reasoning.parser.ReasoningFrame).
+    reasoning_start: str | None = None
+    reasoning_end: str | None = None
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Refuse a value outside its :data:`FIELD_RANGES` range (token ids and top_k
@@ -155,6 +160,23 @@ class SamplingParams:
             raise RequestError("min_tokens cannot be combined with a constrained output", "min_tokens")
         for name in constraints:
             check_non_empty_text(getattr(self, name), OPENAI_PARAM_NAMES.get(name, name))
+        self._check_reasoning_frame()
+
+    def _check_reasoning_frame(self) -> None:
+        if self.reasoning_start is None and self.reasoning_end is None:
+            return
+        if self.reasoning_start is None or self.reasoning_end is None:
+            raise RequestError("reasoning_start and reasoning_end come together", "reasoning_end")
+        if not isinstance(self.reasoning_start, str):
+            raise RequestError("reasoning_start must be a string", "reasoning_start")
+        check_text(self.reasoning_start, "reasoning_start")
+        check_non_empty_text(self.reasoning_end, "reasoning_end")
+
+    @property
+    def grammar_key(self) -> tuple[str, str, str | None, str | None] | None:
+        """What a compiled grammar is for: the constraint, and the reasoning before it."""
+        constraint = self.constraint
+        return None if constraint is None else (*constraint, self.reasoning_start, self.reasoning_end)
 
     @property
     def constraint(self) -> tuple[str, str] | None:

@@ -49,6 +49,7 @@ from tercet.metrics.stage_timer import stage_timer
 from tercet.model_abilities import ENCODER_CANNOT_GENERATE, ModelAbilities
 from tercet.processes.context import ProcessContext
 from tercet.processes.manager_io import ManagerIO
+from tercet.reasoning.reader import ReasoningReader
 from tercet.tokenizer.loading import max_bytes_per_token
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class TokenizerManager(EmbeddingRequests):
         self.metrics = ServingMetrics(served_model_name, self.router.num_ranks, context_len)
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
+        self.reasoning = ReasoningReader.create(context, self.failures)  # None: [reasoning] parser = "none"
         self.detokenizer_failures = ContainedFailures("detokenizer", logger)
         self.receiver = self.io.open_async_receiver(port_args.tokenizer_input, self.failures)
         self.rid_to_state: dict[str, ReqState] = {}
@@ -185,10 +187,12 @@ class TokenizerManager(EmbeddingRequests):
             return
         fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
         if fewest_tokens + max_new_tokens > self.context_len:
+            # A max_tokens that leaves no room for any prompt is that field's fault, whatever the prompt.
+            blamed = "max_tokens" if max_new_tokens >= self.context_len else param
             raise RequestError(
                 f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
                 f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
-                param,
+                blamed,
             )
 
     def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:

@@ -25,8 +25,8 @@ Endpoint = Callable[[Request, object], Awaitable[Response]]
 RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
 # Load balancers and supervisors probe /health and /health_generate without
 # credentials (concurrent /health_generate probes share one generation).
-# The chat page holds no secret, and asks for the key itself.
-UNAUTHENTICATED_PATHS = health.PATHS | {chat_page.PATH}
+# The chat page (and its icon) holds no secret, and asks for the key itself.
+UNAUTHENTICATED_PATHS = health.PATHS | chat_page.PATHS
 # Not a real HTTP status: nginx's "client closed request", for logs only.
 CLIENT_CLOSED_REQUEST = 499
 DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024

@@ -44,6 +44,7 @@ async def create_chat_completion(request: Request, tokenizer_manager) -> Respons
         tokenizer_manager.tokenize_chat,
         tokenizer_manager.vocab_size,
         tokenizer_manager.chat_tools,
+        tokenizer_manager.reasoning,
     )
     openai_request = _with_scheduling_fields(openai_request, body, request)
     return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)

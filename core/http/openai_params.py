@@ -18,6 +18,7 @@ import re
 from tercet.errors import RequestError
 from tercet.field_checks import is_integer, shown
 from tercet.http.structured_output import parse_response_format
+from tercet.reasoning.parser import ReasoningFrame
 from tercet.sampling_params import FIELD_RANGES, TOKEN_ID, SamplingParams
 
 # OpenAI field -> SamplingParams field, passed through as sent (validate checks them).
@@ -55,6 +56,7 @@ def sampling_params_from_body(
     vocab_size: int | None = None,
     param_names: dict[str, str] | None = None,
     forced_schema: str | None = None,
+    reasoning_frame: ReasoningFrame | None = None,
 ) -> SamplingParams:
     """The request's sampling parameters, validated (:func:`checked_sampling_params`).
 
@@ -63,6 +65,9 @@ def sampling_params_from_body(
     ``param_names`` renames validation errors' params to this route's fields.
     ``forced_schema`` is a JSON Schema the route imposes (a forced tool call),
     which ``response_format`` then may not (:mod:`tercet.http.tool_request`).
+    ``reasoning_frame`` (a chat that separates reasoning) puts the JSON Schema
+    after the model's reasoning; ``regex`` and ``ebnf`` describe the whole output,
+    reasoning included, and are left as they are.
     """
     values = {target: body[source] for source, target in DIRECT_FIELDS.items() if body.get(source) is not None}
     fields = dict(
@@ -75,6 +80,8 @@ def sampling_params_from_body(
         json_schema=forced_schema or parse_response_format(body.get("response_format")),
         **values,
     )
+    if fields["json_schema"] is not None and reasoning_frame is not None:
+        fields.update(reasoning_start=reasoning_frame.start, reasoning_end=reasoning_frame.end)
     renames = {"max_tokens": max_tokens_key, **(param_names or {})}
     return checked_sampling_params(fields, vocab_size, renames)
 

@@ -28,6 +28,7 @@ from tercet.http.openai_params import (
     sampling_params_from_body,
 )
 from tercet.http.tool_request import parse_tool_request
+from tercet.reasoning.reader import ReasoningReader
 from tercet.tools.reader import ToolCallReader
 from tercet.tools.request import ToolRequest
 
@@ -50,6 +51,8 @@ class OpenAIRequest:
     tool_reader: ToolCallReader | None = None
     # The request field a JSON Schema constraint came from, for the error when it cannot be compiled.
     constraint_field: str = "response_format"
+    # Chat with a reasoning parser and separate_reasoning: how reasoning is told from the answer.
+    reasoning: ReasoningReader | None = None
 
     @property
     def stream(self) -> bool:
@@ -152,10 +155,17 @@ def _refuse_suffix_and_best_of(body: dict) -> None:
 
 # -- /v1/chat/completions -------------------------------------------------------
 
-# Chat fields whose feature tercet lacks: sending them (with a non-default value) is a 400.
+# Chat fields whose feature tercet lacks: sending them (with a value other than null or
+# false) is a 400 naming them, not an answer that silently goes without. Fields that are
+# only bookkeeping for OpenAI's service (store, metadata, service_tier, user) are taken.
 UNSUPPORTED_CHAT_FIELDS = {
     "echo": "echo is only supported on /v1/completions",
+    "audio": "audio output is not supported; this server answers in text",
+    "web_search_options": "web search is not supported",
+    "prediction": "predicted outputs are not supported",
 }
+# What "modalities" may ask for.
+OUTPUT_MODALITIES = ("text",)
 
 
 async def parse_chat_completion_request(
@@ -165,20 +175,26 @@ async def parse_chat_completion_request(
     tokenize_chat: Callable[..., Awaitable[list[int]]],
     vocab_size: int | None = None,
     chat_tools=None,
+    reasoning: ReasoningReader | None = None,
 ) -> OpenAIRequest:
     """``tokenize_chat(messages, max_new_tokens, tools, generation_prefix)``
     templates and tokenizes the conversation (off the event loop, in the
     server), refusing one too long for ``max_new_tokens`` more tokens.
     ``chat_tools`` (:class:`tercet.frontend.chat_tools.ChatTools`) serves requests
-    that send tools; without it they are refused."""
+    that send tools; without it they are refused. ``reasoning`` (the server's
+    reasoning parser, if it has one) separates the answer's reasoning, unless
+    ``separate_reasoning`` is false."""
     model = check_model(body, served_model_name)
     stream, include_usage = _stream_flags(body)
     _refuse_unsupported_chat_fields(body)
     tool_request = _parse_chat_tools(body, chat_tools)
+    reasoning = reasoning if _separates_reasoning(body) else None
+    # Where the reasoning ends, for a constraint to start after it (None: it applies from the start).
+    frame = reasoning.frame if reasoning is not None else None
     logprobs, top_logprobs = _chat_logprob_flags(body)
     max_tokens_key, max_tokens = _chat_max_tokens(body)
     reserved = _reserved_tokens(max_tokens, context_len)
-    input_ids = await _chat_prompt(body, tool_request, chat_tools, tokenize_chat, reserved)
+    input_ids = await _chat_prompt(body, tool_request, chat_tools, tokenize_chat, reserved, frame is not None)
     # A forced tool call is a constraint of its own: the schema of the one call allowed.
     forced = tool_request if tool_request is not None and tool_request.is_forced else None
     params = sampling_params_from_body(
@@ -189,13 +205,19 @@ async def parse_chat_completion_request(
         top_logprobs_num=top_logprobs,
         vocab_size=vocab_size,
         forced_schema=forced.forced_call_schema() if forced is not None else None,
+        reasoning_frame=frame,
     )
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     generate_request = GenerateRequest(params, input_ids=input_ids, stream=stream, rid=request_id)
     tool_reader = chat_tools.reader(tool_request) if chat_tools is not None else None
     constraint_field = forced.schema_field if forced is not None else "response_format"
     return OpenAIRequest(request_id, model, int(time.time()), generate_request, include_usage,
-                         tool_reader=tool_reader, constraint_field=constraint_field)
+                         tool_reader=tool_reader, constraint_field=constraint_field, reasoning=reasoning)
+
+
+def _separates_reasoning(body: dict) -> bool:
+    """``separate_reasoning`` (SGLang's field): true unless the client says false."""
+    return body.get("separate_reasoning") is None or parse_flag(body, "separate_reasoning")
 
 
 def _parse_chat_tools(body: dict, chat_tools) -> ToolRequest | None:
@@ -219,12 +241,15 @@ def _reserved_tokens(max_tokens, context_len: int) -> int:
     return max_tokens if is_sound else 0
 
 
-async def _chat_prompt(body: dict, tool_request: ToolRequest | None, chat_tools, tokenize_chat, reserved: int) -> list[int]:
+async def _chat_prompt(body: dict, tool_request: ToolRequest | None, chat_tools, tokenize_chat, reserved: int,
+                       reasons_first: bool = False) -> list[int]:
     """The conversation's prompt tokens: its messages (and tools) through the chat template."""
     messages, tools, prefix = parse_messages(body.get("messages")), None, ""
     if chat_tools is not None:
         messages, tools = chat_tools.conversation(messages, tool_request)
-        prefix = chat_tools.generation_prefix(tool_request)
+        # A model that reasons first writes a forced call after its reasoning, kept to
+        # the call's schema by the grammar: nothing may open the call before it.
+        prefix = "" if reasons_first else chat_tools.generation_prefix(tool_request)
     return await tokenize_chat(messages, reserved, tools, prefix)
 
 
@@ -242,9 +267,11 @@ def _room_left(input_ids: list[int], context_len: int) -> int:
 
 def _refuse_unsupported_chat_fields(body: dict) -> None:
     for key, reason in UNSUPPORTED_CHAT_FIELDS.items():
-        value = body.get(key)
-        if value:
+        if body.get(key) not in (None, False):
             raise RequestError(f"{key}: {reason}", key)
+    modalities = body.get("modalities")
+    if modalities is not None and (not isinstance(modalities, list) or set(modalities) - set(OUTPUT_MODALITIES)):
+        raise RequestError(f'modalities: only ["text"] is supported, got {shown(modalities)}', "modalities")
 
 
 def _chat_logprob_flags(body: dict) -> tuple[bool, int]:

@@ -97,11 +97,17 @@ def completion_chunk(
 def chat_completion_response(request: OpenAIRequest, outputs: list[GenerateOutput], strings: TokenStrings | None) -> dict:
     choices = []
     for output in outputs:
-        message = {"role": "assistant", "content": output.text}
+        text, reasoning = output.text, None
+        if request.reasoning is not None:
+            split = request.reasoning.split(output.text)
+            text, reasoning = split.content, split.reasoning or None
+        message = {"role": "assistant", "content": text}
         finish_reason = openai_finish_reason(output.finish_reason)
         if request.tool_reader is not None:
-            message = request.tool_reader.message(output.text)
+            message = request.tool_reader.message(text)
             finish_reason = finish_reason_with_calls(output.finish_reason, "tool_calls" in message)
+        if request.reasoning is not None:
+            message["reasoning_content"] = reasoning
         logprobs = None
         if request.wants_logprobs:
             logprobs = chat_logprobs(strings, output_logprobs(output), request.num_top_logprobs)

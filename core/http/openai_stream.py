@@ -131,12 +131,10 @@ async def chat_completion_chunks(
     for index in range(request.n):
         yield chat_completion_chunk(request, index, {"role": "assistant", "content": ""})
     progress = ChoiceProgress(request.n)  # a chat has one prompt
-    tool_deltas = None
-    if request.tool_reader is not None:
-        tool_deltas = [ToolCallDeltas(request.tool_reader) for _ in range(request.n)]
+    choices = [ChatChoiceDeltas(request) for _ in range(request.n)]
     async for piece in stream:
         progress.note(piece)
-        for chunk in _chat_piece_chunks(request, piece, strings, tool_deltas):
+        for chunk in _chat_piece_chunks(request, piece, strings, choices[piece.index]):
             yield chunk
         if progress.all_finished:
             if request.include_usage:
@@ -144,29 +142,48 @@ async def chat_completion_chunks(
             return
 
 
+class ChatChoiceDeltas:
+    """One streamed choice's text, sent as reasoning, content and tool-call deltas."""
+
+    def __init__(self, request: OpenAIRequest):
+        self.reasoning = request.reasoning.stream() if request.reasoning is not None else None
+        self.tool_calls = ToolCallDeltas(request.tool_reader) if request.tool_reader is not None else None
+
+    @property
+    def has_calls(self) -> bool:
+        return self.tool_calls is not None and self.tool_calls.has_calls
+
+    def add(self, text: str, final: bool) -> list[dict]:
+        """The message deltas of the choice's next piece of text."""
+        deltas = []
+        if self.reasoning is not None:
+            split = self.reasoning.feed(text)
+            if final:
+                split = split + self.reasoning.finish()
+            if split.reasoning:
+                deltas.append({"reasoning_content": split.reasoning})
+            text = split.content
+        if self.tool_calls is not None:
+            deltas.extend(self.tool_calls.add(text, final))
+        elif text:
+            deltas.append({"content": text})
+        return deltas
+
+
 def _chat_piece_chunks(
     request: OpenAIRequest,
     piece: GenerateOutput,
     strings: TokenStrings | None,
-    tool_deltas: list[ToolCallDeltas] | None,
+    choice: ChatChoiceDeltas,
 ) -> Iterator[dict]:
     logprobs = None
     if request.wants_logprobs and piece.token_ids:
         logprobs = chat_logprobs(strings, output_logprobs(piece), request.num_top_logprobs)
-    for position, delta in enumerate(_chat_deltas(piece, tool_deltas, logprobs is not None)):
+    deltas = choice.add(piece.text, piece.finished)
+    if logprobs is not None and not deltas:
+        deltas = [{"content": ""}]  # the log-probabilities of text still held back
+    for position, delta in enumerate(deltas):
         yield chat_completion_chunk(request, piece.index, delta, logprobs if position == 0 else None)
     if piece.finished:
-        has_calls = tool_deltas is not None and tool_deltas[piece.index].has_calls
-        finish_reason = finish_reason_with_calls(piece.finish_reason, has_calls)
+        finish_reason = finish_reason_with_calls(piece.finish_reason, choice.has_calls)
         yield chat_completion_chunk(request, piece.index, {}, None, finish_reason)
-
-
-def _chat_deltas(piece: GenerateOutput, tool_deltas: list[ToolCallDeltas] | None, has_logprobs: bool) -> list[dict]:
-    """The message deltas of ``piece``: its text, or what it adds to the tool calls."""
-    if tool_deltas is None:
-        deltas = [{"content": piece.text}] if piece.text else []
-    else:
-        deltas = tool_deltas[piece.index].add(piece.text, piece.finished)
-    if has_logprobs and not deltas:
-        deltas = [{"content": ""}]  # the log-probabilities of text still held back
-    return deltas

@@ -256,6 +256,13 @@ def _page_paths() -> dict:
                 "security": [],
             }
         },
+        "/favicon.ico": {
+            "get": {
+                **_operation("favicon", "The chat page's icon (SVG); never needs the API key",
+                             {"200": {"description": "the icon", "content": {"image/svg+xml": {"schema": {"type": "string"}}}}}),
+                "security": [],
+            }
+        },
         "/openapi.json": {
             "get": _operation("openapi", "This document", _responses(_json({"type": "object"}, "the OpenAPI document"), "401"))
         },

@@ -12,7 +12,7 @@ from tercet.config import ServerConfig
 from tercet.field_checks import IntRange, NumberRange
 from tercet.http.chat_messages import CHAT_ROLES
 from tercet.http.native_request import LOGPROB_START_LEN
-from tercet.http.openai_request import UNSUPPORTED_CHAT_FIELDS
+from tercet.http.openai_request import OUTPUT_MODALITIES, UNSUPPORTED_CHAT_FIELDS
 from tercet.http.scheduling_fields import MAX_TENANT_LENGTH, PRIORITY
 from tercet.http.structured_output import SCHEMA_NAME_PATTERN
 from tercet.http.tool_request import FUNCTION_NAME_PATTERN, TOOL_CHOICE_MODES
@@ -321,6 +321,8 @@ def chat_completion_request(max_tokens_limit: int | None = None, vocab_size: int
         "logprobs": nullable({"type": "boolean"}),
         "top_logprobs": nullable({**_top_logprobs(), "description": "needs logprobs: true"}),
         "response_format": nullable(_response_format()),
+        "separate_reasoning": nullable({"type": "boolean", "description": "false: the reasoning stays in content"}),
+        "modalities": nullable({"type": "array", "items": {"type": "string", "enum": list(OUTPUT_MODALITIES)}}),
         **_tool_fields(),
         **_stream_fields(),
         **_scheduling_fields(),

@@ -49,6 +49,8 @@ from tercet.plugin_host.compatibility import API_VERSION
 from tercet.plugin_host.hookspecs import hookimpl
 from tercet.plugin_host.native_build import NativeBuildError, NativeSource
 from tercet.plugin_host.native_build import load_library as load_native_library
+from tercet.reasoning.parser import ReasoningFrame, ReasoningParser, ReasoningPiece, ReasoningStream
+from tercet.reasoning.tags import TaggedReasoningParser
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
@@ -95,12 +97,17 @@ __all__ = [
     "NativeMatmul",
     "NativeSource",
     "PrefixCacheView",
+    "ReasoningFrame",
+    "ReasoningParser",
+    "ReasoningPiece",
+    "ReasoningStream",
     "RequestError",
     "RequestView",
     "SamplingParams",
     "SchedulerStats",
     "SchedulerView",
     "SchedulingPolicy",
+    "TaggedReasoningParser",
     "TercetError",
     "TokenLogprobs",
     "ToolCall",

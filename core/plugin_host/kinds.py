@@ -167,6 +167,29 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_reasoning_parsers",
+        kind="reasoning parser",
+        registry="reasoning_parsers",
+        config_key=("reasoning", "parser"),
+        extra_choices=("none",),
+        doc="""Register reasoning parsers, chosen by ``[reasoning] parser`` (``"none"``, the
+    default, separates nothing).
+
+    ``register(name, factory)`` where ``factory(reasoning_config)`` takes the
+    ``[reasoning]`` section (``starts_in_reasoning``: the chat template opens the
+    reasoning, so the output starts inside it) and returns a
+    :class:`tercet.reasoning.parser.ReasoningParser`: ``stream()`` reads one
+    completion incrementally (``feed(text)`` and ``finish()``, each answering a
+    :class:`tercet.reasoning.parser.ReasoningPiece` of reasoning and content, and
+    never a marker or a piece of reasoning as content, whatever the pieces), and
+    ``frame`` gives the markers as a :class:`tercet.reasoning.parser.ReasoningFrame`,
+    after which a JSON Schema or a forced tool call is applied (None: from the
+    start). :class:`tercet.reasoning.tags.TaggedReasoningParser` does this for any
+    pair of tags. It runs in the API server's process; a call that raises ends
+    that request alone with a 500, counted against its plugin.
+    """,
+    ),
+    ComponentKind(
         hook="register_model_architectures",
         kind="model architecture",
         registry="model_architectures",

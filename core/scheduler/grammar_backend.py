@@ -7,6 +7,11 @@ cached by constraint); each of the request's completions then gets its own
 matcher. Every step, each constrained row's matcher writes the tokens it
 allows into a bitmask, the sampler masks the row's logits with it, and the
 sampled token advances the matcher. Rows without a constraint pay nothing.
+
+A request whose answer follows the model's reasoning (a reasoning parser is
+set, :mod:`tercet.reasoning`) has its JSON Schema applied after the reasoning:
+the backend compiles it with :meth:`GrammarBackend.compile_after_reasoning`,
+a grammar that allows a free reasoning span first.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from tercet.reasoning.parser import ReasoningFrame
 
 if TYPE_CHECKING:
     import torch
@@ -61,6 +68,15 @@ class GrammarBackend(abc.ABC):
     def compile(self, kind: str, text: str) -> object:
         """A compiled grammar for ``kind`` ("json_schema", "regex" or "ebnf") and its text;
         raise :class:`GrammarError` naming the problem when it cannot be compiled."""
+
+    def compile_after_reasoning(self, kind: str, text: str, frame: ReasoningFrame) -> object:
+        """A compiled grammar for the constraint, after a free span of reasoning: the
+        output is ``frame.start``, any text without ``frame.end``, ``frame.end`` and a
+        little whitespace, then the constraint; that span is optional unless
+        ``frame.start`` is "" (the prompt opened the reasoning). A backend that cannot
+        keeps the default, which refuses such requests with a 400."""
+        raise GrammarError(f"the grammar backend {type(self).__name__} cannot apply a constraint after the "
+                           "model's reasoning; send separate_reasoning: false to constrain the whole output")
 
     @abc.abstractmethod
     def matcher(self, compiled: object) -> GrammarMatcher:

@@ -28,6 +28,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
+from tercet.reasoning.parser import ReasoningFrame
+from tercet.scheduler.closed_objects import closed_objects
 from tercet.scheduler.compile_pool import CompilePool
 from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarTokenizer
 from tercet.scheduler.req import Req
@@ -56,17 +58,19 @@ def _alone(outcomes: dict[str, Outcome]) -> dict[str, Outcome]:
 
 class GrammarCompiler:
     def __init__(self, backend_factory, cache_size: int, plugin_name: str | None = None, *,
-                 num_workers: int = 1, compile_timeout: float = 10.0,
+                 num_workers: int = 1, compile_timeout: float = 10.0, allow_extra_properties: bool = False,
                  agree: Callable[[dict[str, Outcome]], dict[str, Outcome]] = _alone):
         self._backend_factory = backend_factory
         # Who registered the backend, for the failure counts.
         self.plugin_name = plugin_name
         self.compile_timeout = compile_timeout
+        # False: an object schema listing its properties gets no others (tercet.scheduler.closed_objects).
+        self.allow_extra_properties = allow_extra_properties
         # What every tensor-parallel rank has settled (the local outcomes alone on one rank).
         self._agree = agree
         self._backend: GrammarBackend | None = None
         self.pool = CompilePool(num_workers)
-        self._cache: collections.OrderedDict[tuple[str, str], Future] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
         self._cache_size = cache_size
         # Every compile started and not known to have ended (the cache may have let go of some).
         self._compiling: list[Future] = []
@@ -82,7 +86,7 @@ class GrammarCompiler:
         return self._backend
 
     def submit(self, group: list[Req]) -> None:
-        key = group[0].sampling_params.constraint
+        key = group[0].sampling_params.grammar_key
         future = self._cache.get(key)
         if future is None:
             future = self.pool.submit(lambda: self._compile(key))
@@ -94,11 +98,20 @@ class GrammarCompiler:
             self._cache.move_to_end(key)
         self.pending.append(PendingGrammar(group, future, time.monotonic() + self.compile_timeout))
 
-    def _compile(self, key: tuple[str, str]):
-        kind, text = key
+    def _compile(self, key: tuple[str, str, str | None, str | None]):
+        kind, text, reasoning_start, reasoning_end = key
         started = time.monotonic()
         try:
-            return self.backend.compile(kind, text)
+            if kind == "json_schema" and not self.allow_extra_properties:
+                text = closed_objects(text)
+            if reasoning_end is None:
+                return self.backend.compile(kind, text)
+            frame = ReasoningFrame(reasoning_start, reasoning_end)
+            # A backend written without the base class has no such method: it refuses, as the base does.
+            compile_after = getattr(self.backend, "compile_after_reasoning", None)
+            if compile_after is None:
+                return GrammarBackend.compile_after_reasoning(self.backend, kind, text, frame)
+            return compile_after(kind, text, frame)
         finally:
             logger.debug("compiling a %s of %d characters took %.3f s", kind, len(text), time.monotonic() - started)
 

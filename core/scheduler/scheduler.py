@@ -138,6 +138,7 @@ class Scheduler:
             plugin_name=context.chosen_plugin_name("grammar_backends"),
             num_workers=config.compile_workers or num_cores(),
             compile_timeout=config.compile_timeout,
+            allow_extra_properties=config.allow_extra_properties,
             # Tensor-parallel ranks must admit a constrained request at the same step.
             agree=functools.partial(agreed_outcomes, self.tp),
         )

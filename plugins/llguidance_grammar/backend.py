@@ -16,7 +16,8 @@ import re
 
 import llguidance
 
-from tercet.plugin_api import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
+from tercet.plugin_api import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer, ReasoningFrame
+from tercet.plugins.llguidance_grammar.after_reasoning import after_reasoning
 
 
 class LlguidanceMatcher(GrammarMatcher):
@@ -98,24 +99,35 @@ class LlguidanceBackend(GrammarBackend):
         )
 
     def compile(self, kind: str, text: str):
+        return self._matcher_for(self._grammar(kind, text))
+
+    def compile_after_reasoning(self, kind: str, text: str, frame: ReasoningFrame):
+        return self._matcher_for(after_reasoning(self._grammar(kind, text), frame))
+
+    def _grammar(self, kind: str, text: str) -> str:
+        """The constraint as llguidance's grammar text."""
         try:
             if kind == "json_schema":
-                grammar = llguidance.LLMatcher.grammar_from_json_schema(_with_compact_whitespace(text))
-            elif kind == "regex":
-                grammar = llguidance.LLMatcher.grammar_from_regex(text)
-            elif kind == "ebnf":
-                grammar = llguidance.grammar_from("gbnf", text)
-            else:
-                raise GrammarError(f"unknown constraint kind {kind!r}")
+                return llguidance.LLMatcher.grammar_from_json_schema(_with_compact_whitespace(text))
+            if kind == "regex":
+                return llguidance.LLMatcher.grammar_from_regex(text)
+            if kind == "ebnf":
+                return llguidance.grammar_from("gbnf", text)
+        except GrammarError:
+            raise
+        except Exception as error:  # llguidance raises ValueError/RuntimeError with its reason
+            raise GrammarError(f"cannot be compiled: {error}") from None
+        raise GrammarError(f"unknown constraint kind {kind!r}")
+
+    def _matcher_for(self, grammar: str):
+        try:
             # The first matcher does the heavy part once, here in the worker thread;
             # each request gets a copy, which shares the lexer states it builds
             # lazily (a fresh matcher per request made every step about 4x slower).
             # Building it checks the grammar as validate_grammar would: asking
             # that first built everything twice (a third of a large schema's time).
             matcher = llguidance.LLMatcher(self.tokenizer, grammar)
-        except GrammarError:
-            raise
-        except Exception as error:  # llguidance raises ValueError/RuntimeError with its reason
+        except Exception as error:
             raise GrammarError(f"cannot be compiled: {error}") from None
         if matcher.is_error():
             raise GrammarError(f"cannot be compiled: {matcher.get_error()}")

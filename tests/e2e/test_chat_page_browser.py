@@ -133,8 +133,36 @@ def test_chat_streams_keeps_the_conversation_and_stops(server, browser):
         browser.save_screenshot(screenshot)
 
 
+def test_a_failed_turn_leaves_no_empty_answer_and_is_not_sent_again(server, browser):
+    browser.get(server.base_url + "/")  # the key is remembered
+    wait_for(browser, lambda: text_of(browser, "#status") == "ready", "the page to connect")
+    # More tokens than the model's context: the server refuses the request (400).
+    set_field(browser, "#max-tokens", "999999999")
+    say(browser, "This one fails")
+    wait_for(browser, lambda: browser.find_elements(By.CSS_SELECTOR, ".message.error"), "the error")
+    assert "max_tokens" in text_of(browser, ".message.error")
+    assert answers(browser) == []  # no empty answer bubble
+    assert browser.execute_script("return conversation.length") == 0
+    assert browser.find_element(By.CSS_SELECTOR, "#send").is_enabled()
+
+    set_field(browser, "#max-tokens", "4")
+    sent = browser.execute_script("""
+        window.sentBodies = [];
+        const send = window.fetch;
+        window.fetch = (url, options) => { if (options && options.body) sentBodies.push(JSON.parse(options.body)); return send(url, options); };
+    """)
+    assert sent is None
+    say(browser, "This one works")
+    wait_for(browser, lambda: answers(browser) and answers(browser)[0].get_attribute("data-state") == "done",
+             "the answer")
+    [body] = browser.execute_script("return sentBodies")
+    assert [message["content"] for message in body["messages"]] == ["This one works"]
+
+
 def test_the_page_loads_without_the_key_and_nothing_else_does(server):
     page = httpx.get(server.base_url + "/", timeout=WAIT)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="stop"' in page.text
     assert httpx.get(server.base_url + "/v1/models", timeout=WAIT).status_code == 401
+    icon = httpx.get(server.base_url + "/favicon.ico", timeout=WAIT)
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")

@@ -137,6 +137,16 @@ def test_a_too_long_prompt_is_refused_by_its_bytes_before_it_is_tokenized(manage
     assert manager.rid_to_state == {}
 
 
+def test_a_max_tokens_no_prompt_could_fit_beside_names_max_tokens(manager):
+    for max_new_tokens in (manager.context_len, 10 * manager.context_len):
+        with pytest.raises(RequestError) as refused:
+            consume(manager, GenerateRequest(SamplingParams(max_new_tokens=max_new_tokens), text="Hi"))
+        assert refused.value.param == "max_tokens" and "plus max_tokens" in refused.value.message
+        with pytest.raises(RequestError) as refused_chat:
+            asyncio.run(manager.tokenize_chat([{"role": "user", "content": "Hi"}], max_new_tokens))
+        assert refused_chat.value.param == "max_tokens"
+
+
 def test_a_prompt_the_byte_bound_lets_through_is_measured_in_tokens(manager):
     # 3 bytes, 1 token each: far below the byte bound, and still too long.
     text = "abc " * 1500

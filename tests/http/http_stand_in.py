@@ -93,6 +93,7 @@ class StandInTokenizerManager:
         self.generation_prefixes: list[str] = []
         # The built-in parser, with a template that cannot render tools (as the default model's).
         self.chat_tools = ChatTools(HermesToolCallParser(), "hermes_tool_parser", self.failures, TEXT_ONLY_TEMPLATE)
+        self.reasoning = None  # no reasoning parser, as by default
         self.outputs: list[ScriptedOutputs] = []
         self.controls: list[type] = []  # control request types, in the order asked
         self.rank_of_rid: dict[str, int] = {}

@@ -339,6 +339,24 @@ def test_harmless_defaults_of_unsupported_chat_features_pass():
     assert request.generate_request.input_ids
 
 
+@pytest.mark.parametrize("field, value", [
+    ("modalities", ["text", "audio"]),
+    ("modalities", "text"),
+    ("audio", {"voice": "alloy", "format": "wav"}),
+    ("web_search_options", {}),
+    ("prediction", {"type": "content", "content": "old text"}),
+])
+def test_what_cannot_be_honoured_is_refused_naming_the_field(field, value):
+    error = error_of(parse_chat, **{field: value})
+    assert error.status_code == 400 and error.param == field and error.message.startswith(field), error.message
+
+
+def test_bookkeeping_fields_are_taken():
+    request = parse_chat(store=False, metadata={"team": "a"}, service_tier="auto", user="someone", modalities=["text"],
+                         audio=None, prediction=None, web_search_options=None)
+    assert request.generate_request.input_ids
+
+
 def test_chat_prompt_that_fills_the_context_is_a_clear_400():
     messages = [{"role": "user", "content": "x"}] * 10  # 100 tokens: no room left
     error = error_of(parse_chat, messages=messages)

@@ -10,6 +10,8 @@ import time
 import pytest
 
 from tercet.ipc.messages import AbortReq, TokenizedGenerateReq
+from tercet.reasoning.parser import ReasoningFrame
+from tercet.scheduler.grammar_backend import GrammarError
 from tercet.sampling_params import SamplingParams
 from tercet.tokenizer.loading import load_tokenizer
 
@@ -241,3 +243,58 @@ def test_a_request_sharing_a_compile_keeps_it_when_the_other_is_aborted(gated):
     backend.gate.set()
     reasons = finished_reasons(harness, {"gone", "stays"})
     assert reasons["gone"].kind == "abort" and reasons["stays"].kind == "stop"
+
+
+class RecordingBackend(RaisingBackend):
+    """Compiles nothing: records what it was asked, and makes a matcher that allows anything."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def compile(self, kind, text):
+        self.compiled.append((kind, text))
+        return text
+
+    def compile_after_reasoning(self, kind, text, frame):
+        self.compiled.append((kind, text, frame))
+        return text
+
+
+def test_an_object_schema_is_closed_unless_the_config_allows_extra_properties(harness):
+    open_schema = json.dumps({"type": "object", "properties": {"name": {"type": "string"}}})
+    backend = harness.scheduler.grammars._backend = RecordingBackend()
+    harness.scheduler.grammars._compile(("json_schema", open_schema, None, None))
+    assert json.loads(backend.compiled[-1][1])["additionalProperties"] is False
+    harness.scheduler.grammars.allow_extra_properties = True
+    harness.scheduler.grammars._compile(("json_schema", open_schema, None, None))
+    assert backend.compiled[-1] == ("json_schema", open_schema)
+
+
+def test_a_reasoning_frame_compiles_the_constraint_after_the_reasoning(harness):
+    backend = harness.scheduler.grammars._backend = RecordingBackend()
+    harness.scheduler.grammars._compile(("regex", "a+", "<think>", "</think>"))
+    assert backend.compiled[-1] == ("regex", "a+", ReasoningFrame("<think>", "</think>"))
+    # A backend that cannot refuses such a request with a 400.
+    harness.scheduler.grammars._backend = RaisingBackend()
+    _, reasons = run(harness, TokenizedGenerateReq(
+        "after", [5, 6, 7], params(regex="a+", reasoning_start="<think>", reasoning_end="</think>")))
+    assert reasons["after"].status_code == 400 and "separate_reasoning" in reasons["after"].message
+
+
+def test_a_schema_without_additional_properties_gets_only_its_keys(harness, tiny_llama_dir):
+    # What `llm --schema 'name, age int'` sends: properties, and nothing about other keys.
+    schema = json.dumps({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}})
+    tokenizer = load_tokenizer(str(tiny_llama_dir))
+    grammars = harness.scheduler.grammars
+
+    def takes(text: str) -> bool:
+        matcher = grammars.backend.matcher(grammars._compile(("json_schema", schema, None, None)))
+        try:
+            return all(matcher.accept(token_id) for token_id in tokenizer.encode(text, add_special_tokens=False))
+        except GrammarError:
+            return False
+
+    assert takes('{"name": "Rex", "age": 3}')
+    assert not takes('{"name": "Rex", "description": "')
+    grammars.allow_extra_properties = True
+    assert takes('{"name": "Rex", "description": "')
