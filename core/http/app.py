@@ -108,7 +108,11 @@ async def _unhandled_exception(request: Request, exc: Exception) -> Response:
 
 
 class BearerTokenAuth:
-    """Require ``Authorization: Bearer <api_key>`` on every path but the unauthenticated ones."""
+    """Require ``Authorization: Bearer <api_key>`` on every path but the unauthenticated ones.
+
+    ``X-Api-Key: <api_key>`` is taken too, sent without an ``Authorization`` header:
+    that is how Anthropic's SDKs send a key, so their clients work unchanged.
+    """
 
     def __init__(self, app: ASGIApp, api_key: str):
         self.app = app
@@ -117,7 +121,11 @@ class BearerTokenAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in UNAUTHENTICATED_PATHS:
             return await self.app(scope, receive, send)
-        problem = self._problem_with(dict(scope["headers"]).get(b"authorization"))
+        headers = dict(scope["headers"])
+        authorization = headers.get(b"authorization")
+        if authorization is None and b"x-api-key" in headers:
+            authorization = b"Bearer " + headers[b"x-api-key"]
+        problem = self._problem_with(authorization)
         if problem is None:
             return await self.app(scope, receive, send)
         response = error_response(problem, 401, headers={"WWW-Authenticate": "Bearer"})

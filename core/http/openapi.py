@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 
 from tercet.http.plugin_routes import ServedRoute, installed_route_registrations, served_routes
 
+from tercet.http import openapi_anthropic
 from tercet.http.openapi_embedding_schemas import embedding_request, embedding_response
 from tercet.http.openapi_operations import json_content, operation, responses
 from tercet.http.openapi_schemas import (
@@ -146,6 +147,9 @@ def _schemas(max_tokens_limit: int | None, vocab_size: int | None, max_prompts: 
         "ChatCompletionRequest": chat_completion_request(max_tokens_limit, vocab_size),
         "EmbeddingRequest": embedding_request(vocab_size, max_prompts),
         "EmbeddingResponse": embedding_response(),
+        "AnthropicError": openapi_anthropic.error_schema(),
+        "AnthropicMessageRequest": openapi_anthropic.message_request(max_tokens_limit, vocab_size),
+        "AnthropicCountTokensRequest": openapi_anthropic.count_tokens_request(),
     }
 
 
