@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 
 from tercet.errors import RequestError
-from tercet.field_checks import check_text, shown
-from tercet.http.openai_params import parse_flag
+from tercet.field_checks import shown
+from tercet.http.protocol_fields import checked_string, joined_text, stream_fields
 
 ROLES = ("user", "assistant")
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -46,9 +46,7 @@ def chat_body(body: dict, *, count_only: bool = False) -> dict:
     user = _metadata_user(body.get("metadata"))
     if user is not None:
         chat["user"] = user
-    if parse_flag(body, "stream"):
-        chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+    chat.update(stream_fields(body))
     return chat
 
 
@@ -105,10 +103,10 @@ def _user_turn(blocks: list[dict], where: str) -> list[dict]:
     for index, block in enumerate(blocks):
         at = f"{where}[{index}]"
         if block["type"] == "tool_result":
-            results.append({"role": "tool", "tool_call_id": _string(block.get("tool_use_id"), f"{at}.tool_use_id"),
+            results.append({"role": "tool", "tool_call_id": checked_string(block.get("tool_use_id"), f"{at}.tool_use_id"),
                             "content": _tool_result_text(block, at)})
         elif block["type"] == "text":
-            texts.append(_string(block.get("text"), f"{at}.text", allow_empty=True))
+            texts.append(checked_string(block.get("text"), f"{at}.text", allow_empty=True))
         else:
             _refuse_block(block, at)
     return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
@@ -119,7 +117,7 @@ def _assistant_turn(blocks: list[dict], where: str) -> dict:
     for index, block in enumerate(blocks):
         at = f"{where}[{index}]"
         if block["type"] == "text":
-            texts.append(_string(block.get("text"), f"{at}.text", allow_empty=True))
+            texts.append(checked_string(block.get("text"), f"{at}.text", allow_empty=True))
         elif block["type"] == "tool_use":
             calls.append(_tool_call(block, at))
         elif block["type"] not in ("thinking", "redacted_thinking"):  # past reasoning is not shown to the model again
@@ -134,8 +132,8 @@ def _tool_call(block: dict, where: str) -> dict:
     arguments = block.get("input", {})
     if not isinstance(arguments, dict):
         raise RequestError(f"{where}.input must be an object", f"{where}.input")
-    return {"id": _string(block.get("id"), f"{where}.id"), "type": "function",
-            "function": {"name": _string(block.get("name"), f"{where}.name"), "arguments": json.dumps(arguments)}}
+    return {"id": checked_string(block.get("id"), f"{where}.id"), "type": "function",
+            "function": {"name": checked_string(block.get("name"), f"{where}.name"), "arguments": json.dumps(arguments)}}
 
 
 def _tool_result_text(block: dict, where: str) -> str:
@@ -145,31 +143,12 @@ def _tool_result_text(block: dict, where: str) -> str:
 
 
 def _text_of(content, where: str) -> str:
-    """A string, or text blocks joined: what a system prompt or a tool result may be."""
-    if isinstance(content, str):
-        check_text(content, where)
-        return content
-    if not isinstance(content, list):
-        raise RequestError(f"{where} must be a string or a list of text blocks", where)
-    texts = []
-    for index, block in enumerate(content):
-        if not isinstance(block, dict) or block.get("type") != "text":
-            raise RequestError(f'{where}[{index}] must be a text block {{"type": "text", "text": "..."}}',
-                               f"{where}[{index}]")
-        texts.append(_string(block.get("text"), f"{where}[{index}].text", allow_empty=True))
-    return "\n".join(texts)
+    return joined_text(content, where, ("text",))
 
 
 def _refuse_block(block: dict, where: str) -> None:
     raise RequestError(f"{where}: content blocks of type {shown(block['type'])} are not supported here "
                        "(this server reads text, tool_use and tool_result blocks)", f"{where}.type")
-
-
-def _string(value, where: str, allow_empty: bool = False) -> str:
-    if not isinstance(value, str) or not (value or allow_empty):
-        raise RequestError(f"{where} must be a non-empty string, got {shown(value)}", where)
-    check_text(value, where)
-    return value
 
 
 def _tools(tools) -> list[dict]:
@@ -197,7 +176,7 @@ def _tool_choice(choice) -> str | dict:
     if kind in TOOL_CHOICES:
         return TOOL_CHOICES[kind]
     if kind == "tool":
-        return {"type": "function", "function": {"name": _string(choice.get("name"), "tool_choice.name")}}
+        return {"type": "function", "function": {"name": checked_string(choice.get("name"), "tool_choice.name")}}
     raise RequestError('tool_choice must be {"type": "auto"}, {"type": "any"}, {"type": "none"} or '
                        f'{{"type": "tool", "name": ...}}; got {shown(choice)}', "tool_choice")
 

@@ -44,9 +44,9 @@ async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, 
 
 
 def _renamed(error: RequestError, renames: dict[str, str]) -> RequestError:
-    # A field inside a list ("messages[1].content") is renamed by its prefix.
+    # A field inside another ("messages[1].content", "response_format.type") is renamed by its prefix.
     for old, new in renames.items():
-        if error.param is not None and error.param.startswith(old + "[") and old != new:
+        if error.param is not None and error.param.startswith((old + "[", old + ".")) and old != new:
             return type(error)(error.message.replace(old, new, 1), new + error.param[len(old):], error.status_code)
     return renamed(error, renames)
 
@@ -108,4 +108,6 @@ async def _open(request: Request, tokenizer_manager, openai_request: OpenAIReque
     try:
         return await open_generation(request, tokenizer_manager, openai_request.generate_request)
     except RequestError as error:
-        raise _renamed(error, {"json_schema": openai_request.constraint_field, **renames}) from None
+        # A refused constraint names its sampling parameter: the field it came from, in the protocol's name.
+        field = openai_request.constraint_field
+        raise _renamed(error, {**renames, "json_schema": renames.get(field, field)}) from None

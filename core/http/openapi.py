@@ -19,9 +19,7 @@ from collections.abc import Iterable, Mapping
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.http.plugin_routes import ServedRoute, installed_route_registrations, served_routes
-
-from tercet.http import openapi_anthropic
+from tercet.http import openapi_anthropic, openapi_responses
 from tercet.http.openapi_embedding_schemas import embedding_request, embedding_response
 from tercet.http.openapi_operations import json_content, operation, responses
 from tercet.http.openapi_schemas import (
@@ -33,6 +31,7 @@ from tercet.http.openapi_schemas import (
     model_schema,
     object_schema,
 )
+from tercet.http.plugin_routes import ServedRoute, installed_route_registrations, served_routes
 
 OPENAPI_VERSION = "3.0.3"
 SCHEMA_REF = re.compile(r'"#/components/schemas/([^"]+)"')
@@ -150,6 +149,7 @@ def _schemas(max_tokens_limit: int | None, vocab_size: int | None, max_prompts: 
         "AnthropicError": openapi_anthropic.error_schema(),
         "AnthropicMessageRequest": openapi_anthropic.message_request(max_tokens_limit, vocab_size),
         "AnthropicCountTokensRequest": openapi_anthropic.count_tokens_request(),
+        "ResponsesRequest": openapi_responses.responses_request(max_tokens_limit),
     }
 
 

@@ -227,7 +227,8 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     registering one path, or a plugin registering a path tercet serves itself
     (``/health``, ``/metrics``, ``/openapi.json``, ``/``), is a start-up error
     naming both. tercet's own APIs are plugins of this kind (``openai_routes``,
-    ``native_routes``, ``control_routes``, ...): ``[plugins] disable`` drops one.
+    ``native_routes``, ``control_routes``, ``anthropic_routes``, ``responses_routes``):
+    ``[plugins] disable`` drops one.
     """,
     ),
     ComponentKind(

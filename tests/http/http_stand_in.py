@@ -13,8 +13,8 @@ from tercet.formats.pooling_spec import Pooling
 from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
 from tercet.http.app import create_app
-from tercet.ipc.control_messages import ControlReply
 from tercet.http.plugin_routes import installed_route_registrations
+from tercet.ipc.control_messages import ControlReply
 from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.model_abilities import ModelAbilities
 from tercet.plugin_host.http_route import http_route_registration

@@ -1,10 +1,10 @@
 """/v1/messages and /v1/messages/count_tokens through Anthropic's own SDK, on the stand-in manager."""
 
+import anthropic
 import httpx2
 import pytest
 from http_stand_in import MODEL, StandInTokenizerManager, piece
 
-import anthropic
 from tercet.http.app import create_app
 from tercet.ipc.messages import FinishReason
 

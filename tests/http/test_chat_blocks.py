@@ -1,6 +1,16 @@
 """A chat answer as blocks: whole messages, and streams of deltas in any split."""
 
-from tercet.http.chat_blocks import REASONING, TEXT, TOOL_CALL, Block, BlockDelta, BlockEvents, BlockStart, BlockStop, message_blocks
+from tercet.http.chat_blocks import (
+    REASONING,
+    TEXT,
+    TOOL_CALL,
+    Block,
+    BlockDelta,
+    BlockEvents,
+    BlockStart,
+    BlockStop,
+    message_blocks,
+)
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 

@@ -16,15 +16,15 @@ from tercet.errors import RequestError
 from tercet.field_checks import IntRange
 from tercet.http import openapi
 from tercet.http.app import CORE_ROUTES, create_app
-from tercet.http.plugin_routes import installed_route_registrations
 from tercet.http.native_request import parse_generate_request
 from tercet.http.openai_request import parse_completion_request
+from tercet.http.plugin_routes import installed_route_registrations
 from tercet.sampling_params import FIELD_RANGES, INT64_MIN, UINT64_MAX
 
 STAND_IN_VOCAB = StandInTokenizerManager.vocab_size
 # What every installed plugin's routes and tercet's own paths make.
 DOCUMENT = openapi.build_document()
-BUILTIN_ROUTE_PLUGINS = {"openai_routes", "native_routes", "control_routes"}
+BUILTIN_ROUTE_PLUGINS = {"openai_routes", "native_routes", "control_routes", "anthropic_routes", "responses_routes"}
 
 
 def test_the_document_is_valid_openapi():
