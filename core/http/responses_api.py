@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from tercet.http.chat_blocks import message_blocks
 from tercet.http.chat_bridge import answer_chat, parse_chat_body, stream_chat
 from tercet.http.errors import read_json_object
-from tercet.http.responses_output import ResponseHeader, new_item_id, output_item, status_of, usage
+from tercet.http.responses_output import ResponseHeader, new_item_id, output_items, status_of, usage
 from tercet.http.responses_request import RENAMES, chat_body
 from tercet.http.responses_stream import response_events, responses_event_stream
 from tercet.http.sse import EventStreamResponse
@@ -31,6 +31,7 @@ async def create_response(request: Request, tokenizer_manager) -> Response:
         events = response_events(header, chunks, watch)
         return EventStreamResponse(responses_event_stream(events), on_close=watch.stream.aclose)
     answer = await answer_chat(request, tokenizer_manager, openai_request, RENAMES)
-    output = [output_item(block, new_item_id(block.kind)) for block in message_blocks(answer.message)]
+    blocks = message_blocks(answer.message)
     status, reason = status_of(answer.watch)
+    output = output_items(blocks, [new_item_id(block.kind) for block in blocks], status)
     return JSONResponse(header.response(status, output, usage(answer.watch), reason))

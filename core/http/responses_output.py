@@ -76,6 +76,13 @@ def status_of(watch: FinishWatch) -> tuple[str, str | None]:
     return "completed", None
 
 
+def output_items(blocks: list[Block], item_ids: list[str], status: str) -> list[dict]:
+    """A whole answer's items; the last one is as complete as the answer is."""
+    last = len(blocks) - 1
+    return [output_item(block, item_id, status if index == last else "completed")
+            for index, (block, item_id) in enumerate(zip(blocks, item_ids))]
+
+
 def usage(watch: FinishWatch) -> dict:
     return {
         "input_tokens": watch.prompt_tokens,
@@ -92,8 +99,9 @@ def text_part(text: str) -> dict:
 
 
 def output_item(block: Block, item_id: str, status: str = "completed") -> dict:
-    """A block as a Responses output item (``status`` ``"in_progress"`` while it streams, with no text yet)."""
-    done = status == "completed"
+    """A block as a Responses output item (``status`` ``"in_progress"`` while it streams, with no text yet;
+    ``"incomplete"`` for the last one of an answer cut by ``max_output_tokens``)."""
+    done = status != "in_progress"
     if block.kind == TEXT:
         return {"type": "message", "id": item_id, "status": status, "role": "assistant",
                 "content": [text_part(block.text)] if done else []}

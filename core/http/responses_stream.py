@@ -32,7 +32,8 @@ class ItemEvents:
         self.item_ids: list[str] = []
         self.items: list[dict] = []
 
-    def of(self, event) -> list[dict]:
+    def of(self, event, status: str = "completed") -> list[dict]:
+        """The events of one block event; ``status``: what a block stopping now has become."""
         if isinstance(event, BlockStart):
             self.item_ids.append(new_item_id(event.block.kind))
             return self._started(event)
@@ -44,7 +45,7 @@ class ItemEvents:
             return [{"type": DELTA_EVENTS[event.kind], **where, "content_index": 0, "delta": event.text,
                      "logprobs": []}]
         assert isinstance(event, BlockStop)
-        item = output_item(event.block, item_id)
+        item = output_item(event.block, item_id, status)
         self.items.append(item)
         return [*self._content_done(event, where), {"type": "response.output_item.done", "output_index": event.index,
                                                     "item": item}]
@@ -81,10 +82,10 @@ async def response_events(header: ResponseHeader, chunks: AsyncIterator[dict], w
             for block_event in blocks.add(choice["delta"]):
                 for event in items.of(block_event):
                     yield event
-    for block_event in blocks.finish():
-        for event in items.of(block_event):
-            yield event
     status, reason = status_of(watch)
+    for block_event in blocks.finish():  # the last block is as complete as the answer
+        for event in items.of(block_event, status):
+            yield event
     final = header.response(status, items.items, usage(watch), reason)
     yield {"type": f"response.{status}", "response": final}
 

@@ -95,3 +95,12 @@ async def test_bad_input_is_a_400_in_openais_shape_naming_the_field(body, param)
         await sdk(StandInTokenizerManager()).post("/responses", cast_to=object, body=body)
     error = refused.value.body
     assert (error["type"], error["param"]) == ("invalid_request_error", param), error
+
+
+async def test_the_last_item_of_an_incomplete_answer_is_incomplete_streamed_or_not():
+    whole = await sdk(StandInTokenizerManager()).responses.create(model=MODEL, input="x", max_output_tokens=3)
+    assert [item.status for item in whole.output] == ["incomplete"]
+    async with sdk(StandInTokenizerManager([piece("Hel", [5, 6], FinishReason("length"), completion_tokens=2)])
+                   ).responses.stream(model=MODEL, input="x", max_output_tokens=2) as stream:
+        done = [event.item.status async for event in stream if event.type == "response.output_item.done"]
+    assert done == ["incomplete"]
