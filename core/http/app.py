@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -23,8 +23,6 @@ from tercet.http.plugin_routes import ServedRoute, bind, installed_route_registr
 from tercet.plugin_host.http_route import HttpRoute
 from tercet.plugin_host.manager import Registration
 
-Endpoint = Callable[[Request, object], Awaitable[Response]]
-RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
 # Load balancers and supervisors probe /health and /health_generate without
 # credentials (concurrent /health_generate probes share one generation).
 # The chat page holds no secret, and asks for the key itself.

@@ -65,3 +65,34 @@ def test_references_are_imported_only_when_resolved():
     assert route.resolved().endpoint is json.dumps and route.resolved().openapi == "json"
     with pytest.raises(ConfigError, match="'no_such_module_here:f' names nothing importable"):
         resolve_reference("no_such_module_here:f")
+
+
+CLAIMS_V1_MESSAGES = '''
+from tercet.plugin_api import hookimpl
+
+
+@hookimpl
+def register_http_routes(register):
+    register("/v1/messages", "json:dumps", ["POST"])
+'''
+
+
+def test_an_installed_plugin_claiming_a_builtin_path_stops_start_up_naming_both(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tercet.testing import write_plugin_folder
+
+    folder = write_plugin_folder(tmp_path, {"acme_messages": "acme_messages"}, {"acme_messages": CLAIMS_V1_MESSAGES})
+    env = {**os.environ, "PYTHONPATH": str(folder)}
+    # `tercet config show` builds every registry, as a starting server's processes do, and stops where they would.
+    shown = subprocess.run([sys.executable, "-m", "tercet", "config", "show"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode != 0
+    assert "HTTP route '/v1/messages' is registered twice: by " in shown.stderr
+    assert "'anthropic_routes'" in shown.stderr and "'acme_messages'" in shown.stderr
+    disabled = subprocess.run([sys.executable, "-m", "tercet", "config", "show", "--set",
+                               "plugins.disable=anthropic_routes"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert disabled.returncode == 0, disabled.stderr
