@@ -28,7 +28,6 @@ from tercet.nodes.launch import config_for_nodes, serve_node
 from tercet.parallel.description import describe_rank
 from tercet.parallel.rendezvous import run_rendezvous_process
 from tercet.parallel.topology import Topology, scheduler_name
-from tercet.plugin_host.manager import collect_pairs
 from tercet.processes.context import ProcessContext, configure_logging
 from tercet.processes.supervisor import FAILED_STOP_GRACE_SECONDS, STOP_GRACE_SECONDS, ChildFailed, ChildSupervisor
 from tercet.processes.title import set_process_title
@@ -176,7 +175,7 @@ async def serve_api(context: ProcessContext, port_args: PortArgs, supervisor: Ch
     app = create_app(
         tokenizer_manager,
         api_key=config.server.api_key,
-        extra_routes=collect_pairs(context.plugin_manager, "register_http_routes"),
+        routes=context.registries.http_routes.entries.values(),
         health_generate_timeout=config.server.health_generate_timeout,
         max_request_body_bytes=config.server.max_request_body_bytes,
         bound_host=config.server.host,

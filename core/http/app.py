@@ -1,65 +1,50 @@
-"""The starlette application: built-in routes, plugin routes, API key, error handling."""
+"""The starlette application: tercet's core routes, plugins' routes, API key, error handling."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tercet.errors import RequestError
-from tercet.http import chat_page, control_api, embeddings_api, health, metrics_api, native_api, openai_api, openapi
+from tercet.http import chat_page, health, metrics_api, openapi
 from tercet.http.browser_guard import BrowserGuard, HostNames
 from tercet.http.errors import error_response, internal_error_response, request_error_response
 from tercet.http.health import DEFAULT_HEALTH_GENERATE_TIMEOUT, HealthGenerateProbe
-from tercet.model_abilities import ENCODER_CANNOT_GENERATE
+from tercet.http.plugin_routes import ServedRoute, bind, installed_route_registrations, served_routes
+from tercet.plugin_host.http_route import HttpRoute
+from tercet.plugin_host.manager import Registration
 
-Endpoint = Callable[[Request, object], Awaitable[Response]]
-RouteSpec = tuple[str, Endpoint, Sequence[str] | None]
 # Load balancers and supervisors probe /health and /health_generate without
 # credentials (concurrent /health_generate probes share one generation).
 # The chat page (and its icon) holds no secret, and asks for the key itself.
 UNAUTHENTICATED_PATHS = health.PATHS | chat_page.PATHS
-# Not a real HTTP status: nginx's "client closed request", for logs only.
-CLIENT_CLOSED_REQUEST = 499
 DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024
 # How long a browser may reuse an allowed origin's preflight answer.
 CORS_MAX_AGE_SECONDS = 600
 
 
-BUILTIN_ROUTES: list[RouteSpec] = [
-    *health.ROUTES,
-    *openai_api.ROUTES,
-    *embeddings_api.ROUTES,
-    *native_api.ROUTES,
-    *control_api.ROUTES,
-    *openapi.ROUTES,
-    *chat_page.ROUTES,
-    *metrics_api.ROUTES,
-]
-# Built-in routes that need the child processes: once one died (and the server
-# stays up, server.on_child_failure = "unhealthy") they answer 503 at once.
-# /metrics is not one: it reads only what the API process holds.
-NEEDS_CHILDREN = frozenset(
-    path
-    for path, _, _ in [*openai_api.ROUTES, *embeddings_api.ROUTES, *native_api.ROUTES, *control_api.ROUTES]
-    if path not in openai_api.MODEL_PATHS
+# What the server is, whatever APIs it speaks: the APIs themselves (OpenAI's,
+# the native /generate, the control plane, ...) are plugins' HTTP routes.
+CORE_ROUTES = tuple(
+    ServedRoute(HttpRoute(path, endpoint, tuple(methods), needs_children=False), plugin_name=None)
+    for path, endpoint, methods in [*health.ROUTES, *openapi.ROUTES, *chat_page.ROUTES, *metrics_api.ROUTES]
 )
-# Routes that generate text: on an encoder-only model they answer 400 before reading the body.
-GENERATION_PATHS = frozenset(path for path, _, _ in [*openai_api.ROUTES, *native_api.ROUTES]) - openai_api.MODEL_PATHS
+CORE_PATHS = frozenset(route.route.path for route in CORE_ROUTES)
 
 
 def create_app(
     tokenizer_manager,
     api_key: str | None = None,
-    extra_routes: Iterable[RouteSpec] = (),
+    routes: Iterable[Registration] | None = None,
     health_generate_timeout: float = DEFAULT_HEALTH_GENERATE_TIMEOUT,
     max_request_body_bytes: int = DEFAULT_MAX_REQUEST_BODY_BYTES,
     bound_host: str = "127.0.0.1",
@@ -68,22 +53,21 @@ def create_app(
 ) -> Starlette:
     """Build the API server's app.
 
-    ``extra_routes`` are ``(path, endpoint, methods)`` from plugins'
-    ``register_http_routes``; ``endpoint(request, tokenizer_manager)`` returns a
-    starlette response. Built-in routes win over a plugin route with the same path.
-    ``health_generate_timeout`` bounds ``GET /health_generate``'s generation, in seconds;
-    a request body over ``max_request_body_bytes`` is refused with 413. Requests from
-    other sites' pages, or addressed to a name that is not the server's (``bound_host``'s),
-    are refused with 403 unless ``allowed_origins`` / ``allowed_hosts`` allow them
+    ``routes`` are the HTTP routes plugins registered (``registries.http_routes``'s
+    registrations; those of every installed plugin when not given), served beside
+    tercet's own :data:`CORE_ROUTES`; a plugin route on a core path is a
+    ``ConfigError``. ``health_generate_timeout`` bounds ``GET /health_generate``'s
+    generation, in seconds; a request body over ``max_request_body_bytes`` is
+    refused with 413. Requests from other sites' pages, or addressed to a name that
+    is not the server's (``bound_host``'s), are refused with 403 unless
+    ``allowed_origins`` / ``allowed_hosts`` allow them
     (:mod:`tercet.http.browser_guard`), and so is a body that is not JSON (415).
     """
-    routes = [
-        Route(path, _bind(endpoint, tokenizer_manager, path in NEEDS_CHILDREN, path in GENERATION_PATHS),
-              methods=methods, name=endpoint.__name__)
-        for path, endpoint, methods in BUILTIN_ROUTES
-    ] + [
-        Route(path, _bind(endpoint, tokenizer_manager), methods=methods, name=endpoint.__name__)
-        for path, endpoint, methods in extra_routes
+    served = served_routes(installed_route_registrations() if routes is None else routes, CORE_PATHS)
+    starlette_routes = [
+        Route(route.route.path, bind(route, tokenizer_manager), methods=list(route.route.methods),
+              name=getattr(route.route.endpoint, "__name__", route.route.path))
+        for route in (*CORE_ROUTES, *served)
     ]
     middleware = [
         *_browser_middleware(bound_host, allowed_origins, allowed_hosts),
@@ -91,8 +75,9 @@ def create_app(
         Middleware(RequestBodyLimit, max_bytes=max_request_body_bytes),
     ]
     exception_handlers = {HTTPException: _http_exception, Exception: _unhandled_exception}
-    app = Starlette(routes=routes, middleware=middleware, exception_handlers=exception_handlers)
+    app = Starlette(routes=starlette_routes, middleware=middleware, exception_handlers=exception_handlers)
     app.state.health_generate_probe = HealthGenerateProbe(tokenizer_manager, health_generate_timeout)
+    app.state.served_routes = served
     return app
 
 
@@ -108,33 +93,6 @@ def _browser_middleware(bound_host: str, allowed_origins: Sequence[str], allowed
     return [guard, cors]
 
 
-def _bind(endpoint: Endpoint, tokenizer_manager, needs_children: bool = False,
-          generates: bool = False) -> Callable[[Request], Awaitable[Response]]:
-    async def handle(request: Request) -> Response:
-        if needs_children:
-            reason = health.unhealthy_reason(tokenizer_manager)
-            if reason is not None:
-                # No Retry-After: the server will not recover by itself.
-                return error_response(f"the server is unhealthy: {reason}", 503)
-        abilities = getattr(tokenizer_manager, "abilities", None)
-        if generates and abilities is not None and not abilities.can_generate:
-            return error_response(ENCODER_CANNOT_GENERATE, 400, "model")
-        try:
-            return await endpoint(request, tokenizer_manager)
-        except RequestError as exc:
-            return request_error_response(exc)
-        except HTTPException:
-            raise  # a plugin's deliberate status; the app's handler formats it
-        except ClientDisconnect:
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
-        except Exception:
-            # One broken request must not take the server down with it.
-            tokenizer_manager.failures.record("http_handler", f"{request.method} {request.url.path} failed")
-            return internal_error_response()
-
-    return handle
-
-
 async def _http_exception(request: Request, exc: HTTPException) -> Response:
     # Routing errors (404 unknown path, 405 wrong method) in the same shape as the rest.
     return error_response(exc.detail, exc.status_code, headers=exc.headers)
@@ -148,7 +106,11 @@ async def _unhandled_exception(request: Request, exc: Exception) -> Response:
 
 
 class BearerTokenAuth:
-    """Require ``Authorization: Bearer <api_key>`` on every path but the unauthenticated ones."""
+    """Require ``Authorization: Bearer <api_key>`` on every path but the unauthenticated ones.
+
+    ``X-Api-Key: <api_key>`` is taken too, sent without an ``Authorization`` header:
+    that is how Anthropic's SDKs send a key, so their clients work unchanged.
+    """
 
     def __init__(self, app: ASGIApp, api_key: str):
         self.app = app
@@ -157,7 +119,11 @@ class BearerTokenAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in UNAUTHENTICATED_PATHS:
             return await self.app(scope, receive, send)
-        problem = self._problem_with(dict(scope["headers"]).get(b"authorization"))
+        headers = dict(scope["headers"])
+        authorization = headers.get(b"authorization")
+        if authorization is None and b"x-api-key" in headers:
+            authorization = b"Bearer " + headers[b"x-api-key"]
+        problem = self._problem_with(authorization)
         if problem is None:
             return await self.app(scope, receive, send)
         response = error_response(problem, 401, headers={"WWW-Authenticate": "Bearer"})

@@ -125,12 +125,3 @@ async def update_weights_from_disk(request: Request, tokenizer_manager) -> Respo
         raise RequestError(f"weights not updated: {_failures(replies)}{note}", "model_path")
     return JSONResponse({"ok": True, "model_path": model_path, "num_ranks": len(replies)})
 
-
-ROUTES = [
-    ("/flush_cache", flush_cache, ["POST"]),
-    ("/get_server_info", get_server_info, ["GET"]),
-    ("/abort_request", abort_request, ["POST"]),
-    ("/pause_generation", pause_generation, ["POST"]),
-    ("/continue_generation", continue_generation, ["POST"]),
-    ("/update_weights_from_disk", update_weights_from_disk, ["POST"]),
-]

@@ -54,5 +54,3 @@ def encoded(vector: bytes, encoding_format: str) -> list[float] | str:
         return base64.b64encode(vector).decode("ascii")
     return list(struct.unpack(f"<{len(vector) // 4}f", vector))
 
-
-ROUTES = [("/v1/embeddings", create_embedding, ["POST"])]

@@ -78,11 +78,13 @@ def payload_for(exc: RequestError) -> dict:
 OVERLOAD_RETRY_AFTER = "1"
 
 
-def request_error_response(exc: RequestError) -> JSONResponse:
+def request_error_response(exc: RequestError, error_body=error_payload) -> JSONResponse:
+    """``exc`` as its status, in the shape ``error_body(message, status, param, code)`` builds (OpenAI's)."""
     # A refused request's 503 means the server is full for now (the
     # TokenizerManager's "already holds N requests"): say when to come back.
     headers = {"Retry-After": OVERLOAD_RETRY_AFTER} if exc.status_code == 503 else None
-    return JSONResponse(payload_for(exc), status_code=exc.status_code, headers=headers)
+    body = error_body(exc.message, exc.status_code, exc.param, getattr(exc, "code", None))
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 INTERNAL_ERROR_MESSAGE = "internal server error; the server log has the details"

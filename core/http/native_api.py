@@ -112,5 +112,3 @@ def _from_position(logprobs: TokenLogprobs, start: int) -> TokenLogprobs:
         return logprobs
     return TokenLogprobs(logprobs.token_ids[start:], logprobs.logprobs[start:], list(logprobs.top or [])[start:])
 
-
-ROUTES = [("/generate", generate, ["POST"])]

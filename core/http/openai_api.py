@@ -103,12 +103,3 @@ def _token_strings(tokenizer_manager, openai_request: OpenAIRequest) -> TokenStr
         return None
     return token_strings_for(tokenizer_manager.tokenizer)
 
-
-ROUTES = [
-    ("/v1/completions", create_completion, ["POST"]),
-    ("/v1/chat/completions", create_chat_completion, ["POST"]),
-    ("/v1/models", list_models, ["GET"]),
-    ("/v1/models/{model:path}", retrieve_model, ["GET"]),
-]
-# Answered from the configuration alone: these need no child process.
-MODEL_PATHS = frozenset({"/v1/models", "/v1/models/{model:path}"})

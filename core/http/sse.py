@@ -34,9 +34,11 @@ T = TypeVar("T")
 _LINE_BREAKS_JSON_ALLOWS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
-def encode_event(data: dict) -> bytes:
+def encode_event(data: dict, name: str | None = None) -> bytes:
+    """One event; ``name`` gives it an ``event:`` line (the Anthropic API names every event)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS_JSON_ALLOWS)
-    return b"data: " + text.encode() + b"\n\n"
+    named = b"" if name is None else b"event: " + name.encode() + b"\n"
+    return named + b"data: " + text.encode() + b"\n\n"
 
 
 async def event_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:

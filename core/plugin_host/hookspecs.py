@@ -36,8 +36,9 @@ def _component_hookspec(kind: ComponentKind):
 
 
 # register_serializers, register_transports, register_scheduling_policies,
-# register_detokenizers, register_attention_backends, register_message_types:
-# one per entry of the table of component kinds, documented there.
+# register_detokenizers, register_attention_backends, register_http_routes,
+# register_message_types and the rest: one per entry of the table of component
+# kinds, documented there.
 for _kind in COMPONENT_KINDS:
     globals()[_kind.hook] = _component_hookspec(_kind)
 del _kind
@@ -55,15 +56,6 @@ def register_message_handlers(component, register):
     ``manager`` is a read-only :class:`tercet.plugin_api.SchedulerStats`
     snapshot, never the scheduler itself; elsewhere it is the manager. A
     handler that raises loses that message only.
-    """
-
-
-@hookspec
-def register_http_routes(register):
-    """Register extra HTTP routes on the API server.
-
-    ``register(path, endpoint, methods)`` where ``endpoint(request,
-    tokenizer_manager)`` is an async function returning a starlette response.
     """
 
 

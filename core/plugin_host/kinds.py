@@ -12,7 +12,11 @@ the check of the configured name at start-up and ``tercet plugins`` follow.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from tercet.plugin_host.http_route import http_route_registration
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,11 @@ class ComponentKind:
     # Values of the config key that name no registration (``"auto"``): the
     # component resolves them itself; ``registries.chosen`` answers None.
     extra_choices: tuple[str, ...] = ()
+    # What register()'s arguments become: the (name, object) the registry keeps.
+    # None: register(name, obj) itself.
+    registration: Callable[..., tuple[str, Any]] | None = None
+    # How `tercet plugin new` spells the kind, where not the kind with hyphens.
+    slug: str | None = None
 
 
 COMPONENT_KINDS: tuple[ComponentKind, ...] = (
@@ -212,6 +221,37 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     cannot generate. Called in the scheduler process, when it loads the model;
     a checkpoint whose architecture no plugin registers is a start-up error
     listing the registered ones.
+    """,
+    ),
+    ComponentKind(
+        hook="register_http_routes",
+        kind="HTTP route",
+        registry="http_routes",
+        # Every registered route is served; a deployment drops one by disabling its plugin.
+        config_key=None,
+        registration=http_route_registration,
+        slug="route",
+        doc="""Register HTTP routes of the API server, each under its path.
+
+    ``register(path, endpoint, methods=["GET"], *, openapi=None,
+    needs_children=True, generates=False, error_body=None)`` where
+    ``endpoint(request, tokenizer_manager)`` is an async function returning a
+    starlette response (or a ``"module:function"`` string naming one, imported
+    only when the app is built). ``openapi`` is the path's OpenAPI path item
+    (``{"post": {...}}``, or a ``"module:attribute"`` naming one), listed in
+    ``/openapi.json``; ``needs_children=False`` for a route that answers from
+    the API process alone (it is not answered 503 once a child died);
+    ``generates=True`` for a route that generates text (400 on an encoder-only
+    model); ``error_body(message, status, param, code)`` builds the route's
+    error body in its protocol's shape (OpenAI's by default). Every route gets
+    the API key check, the body limit and the browser guard of the built-in
+    ones; a ``RequestError`` it raises becomes that status in its error shape,
+    and any other exception a 500, counted against its plugin. Two plugins
+    registering one path, or a plugin registering a path tercet serves itself
+    (``/health``, ``/metrics``, ``/openapi.json``, ``/``), is a start-up error
+    naming both. tercet's own APIs are plugins of this kind (``openai_routes``,
+    ``native_routes``, ``control_routes``, ``anthropic_routes``, ``responses_routes``):
+    ``[plugins] disable`` drops one.
     """,
     ),
     ComponentKind(

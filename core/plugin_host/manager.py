@@ -26,7 +26,7 @@ from tercet.plugin_host.kinds import COMPONENT_KINDS, KINDS_BY_HOOK, KINDS_BY_RE
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 # Hooks tercet calls implementation by implementation (see collect): a wrapper there would never run.
-REGISTER_HOOKS = (*KINDS_BY_HOOK, "register_message_handlers", "register_http_routes")
+REGISTER_HOOKS = (*KINDS_BY_HOOK, "register_message_handlers")
 
 
 def create_plugin_manager(
@@ -161,8 +161,13 @@ def collect(plugin_manager: pluggy.PluginManager, hook_name: str, **hook_kwargs)
     """
     kind = KINDS_BY_HOOK.get(hook_name)
     registry = NamedRegistry(kind.kind if kind else hook_name)
+    registration = kind.registration if kind and kind.registration else _name_and_object
     for hookimpl in reversed(getattr(plugin_manager.hook, hook_name).get_hookimpls()):
-        def register(name, obj, _plugin_name=hookimpl.plugin_name):
+        def register(*args, _plugin_name=hookimpl.plugin_name, **kwargs):
+            try:
+                name, obj = registration(*args, **kwargs)
+            except (ConfigError, TypeError) as error:
+                raise ConfigError(f"plugin {_plugin_name!r}, {hook_name}: {error}") from None
             registry.add(name, obj, _plugin_name)
 
         arguments = {"register": register, **hook_kwargs}
@@ -170,8 +175,12 @@ def collect(plugin_manager: pluggy.PluginManager, hook_name: str, **hook_kwargs)
     return registry
 
 
+def _name_and_object(name, obj) -> tuple[str, Any]:
+    return name, obj
+
+
 def collect_pairs(plugin_manager: pluggy.PluginManager, hook_name: str, **hook_kwargs) -> list[tuple]:
-    """Call a register-style hook whose registrations are not named (handlers, routes)."""
+    """Call a register-style hook whose registrations are not named (message handlers)."""
     pairs: list[tuple] = []
     for hookimpl in reversed(getattr(plugin_manager.hook, hook_name).get_hookimpls()):
         arguments = {"register": lambda *args: pairs.append(args), **hook_kwargs}

@@ -35,7 +35,7 @@ class SkeletonError(TercetError):
 
 
 def kind_slug(kind: ComponentKind) -> str:
-    return kind.kind.replace(" ", "-")
+    return kind.slug or kind.kind.replace(" ", "-")
 
 
 KINDS_BY_SLUG: dict[str, ComponentKind] = {kind_slug(kind): kind for kind in COMPONENT_KINDS}
@@ -114,7 +114,7 @@ def write_skeleton(slug: str, name: str, parent: Path) -> Path:
 def _kind_values(kind: ComponentKind, names: SkeletonNames) -> dict[str, str]:
     major = int(API_VERSION.split(".")[0])
     if kind.config_key is None:
-        usage = "Every installed message type is used; nothing needs choosing."
+        usage = f"Every installed {kind.kind} is used; nothing needs choosing."
     else:
         section, key = kind.config_key
         usage = (f'Choose it in tercet.toml,\n\n```toml\n[{section}]\n{key} = "{names.name}"\n```\n\n'

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 from contrib_install import contrib_installed
 
-from tercet.plugin_host.manager import PluginRegistries, collect_pairs, create_plugin_manager, message_handlers
+from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager, message_handlers
 
 DISTRIBUTION = "tercet-kv-stats"
 MODULE = "tercet_kv_stats"
@@ -72,7 +72,8 @@ def test_only_the_scheduler_gets_a_handler_and_the_server_gets_the_route(kv_stat
     assert (plugin.KvStatsReq, plugin.handle_kv_stats) in message_handlers(plugin_manager, "scheduler")
     for component in ("tokenizer", "detokenizer"):
         assert all(message_type is not plugin.KvStatsReq for message_type, _ in message_handlers(plugin_manager, component))
-    assert ("/kv_stats", plugin.kv_stats, ["GET"]) in collect_pairs(plugin_manager, "register_http_routes")
+    route = PluginRegistries.from_plugin_manager(plugin_manager).http_routes.entries["/kv_stats"]
+    assert (route.plugin_name, route.obj.endpoint, route.obj.methods) == (PLUGIN_NAME, plugin.kv_stats, ("GET",))
 
 
 # -- one rank's figures and their sum, without a server --------------------------------
@@ -150,9 +151,9 @@ def route_client(tokenizer_manager):
 
     from tercet.http.app import create_app
 
-    routes = collect_pairs(create_plugin_manager(), "register_http_routes")
+    # The app serves every installed plugin's routes, this one's among them.
     # localhost: the app refuses names that are not the server's, TestClient's own "testserver" too.
-    return TestClient(create_app(tokenizer_manager, extra_routes=routes), base_url="http://localhost")
+    return TestClient(create_app(tokenizer_manager), base_url="http://localhost")
 
 
 def test_the_route_lists_every_rank_and_sums_them(kv_stats_installed):

@@ -13,9 +13,12 @@ from tercet.formats.pooling_spec import Pooling
 from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
 from tercet.http.app import create_app
+from tercet.http.plugin_routes import installed_route_registrations
 from tercet.ipc.control_messages import ControlReply
 from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.model_abilities import ModelAbilities
+from tercet.plugin_host.http_route import http_route_registration
+from tercet.plugin_host.manager import Registration
 from tercet.plugins.hermes_tool_parser import HermesToolCallParser
 
 MODEL = "stand-in-model"
@@ -129,6 +132,16 @@ class StandInTokenizerManager:
 
     def abort(self, rid: str) -> bool:
         return rid in self.rank_of_rid
+
+
+def with_routes(*routes: tuple, plugin_name: str = "test_plugin") -> list[Registration]:
+    """Every installed plugin's routes, and ``routes`` (``register``'s arguments, its keyword arguments
+    a dict at the end) as if ``plugin_name`` registered them."""
+    added = []
+    for route in routes:
+        *arguments, keywords = route if isinstance(route[-1], dict) else (*route, {})
+        added.append(Registration(*http_route_registration(*arguments, **keywords), plugin_name))
+    return [*installed_route_registrations(), *added]
 
 
 def client_for(app) -> httpx.AsyncClient:

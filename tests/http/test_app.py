@@ -7,7 +7,17 @@ import re
 
 import httpx
 import pytest
-from http_stand_in import HANG, MODEL, STREAMED, StandInTokenizerManager, client_for, piece, post, sse_events
+from http_stand_in import (
+    HANG,
+    MODEL,
+    STREAMED,
+    StandInTokenizerManager,
+    client_for,
+    piece,
+    post,
+    sse_events,
+    with_routes,
+)
 from starlette.responses import JSONResponse
 
 from tercet.errors import RequestError
@@ -276,7 +286,7 @@ async def test_inputs_that_once_gave_500_are_400_in_json(path, body, param):
 
 
 async def test_an_error_quoting_a_lone_surrogate_is_still_json():
-    app = create_app(StandInTokenizerManager(), extra_routes=[("/quote", _quote_the_body, ["POST"])])
+    app = create_app(StandInTokenizerManager(), routes=with_routes(("/quote", _quote_the_body, ["POST"])))
     async with client_for(app) as client:
         response = await client.post("/quote", content=b'{"name": "a\\ud800b"}', headers=JSON_TYPE)
     assert response.status_code == 400
@@ -302,7 +312,7 @@ async def test_a_failure_past_the_handler_is_a_json_500():
     async def endpoint(request, tokenizer_manager):
         return UnsendableResponse({})
 
-    app = create_app(StandInTokenizerManager(), extra_routes=[("/unsendable", endpoint, ["GET"])])
+    app = create_app(StandInTokenizerManager(), routes=with_routes(("/unsendable", endpoint, ["GET"])))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         response = await client.get("/unsendable")
@@ -322,7 +332,7 @@ async def test_extra_routes_get_the_tokenizer_manager_and_need_the_key():
     async def echo_model(request, tokenizer_manager):
         return JSONResponse({"model": tokenizer_manager.served_model_name})
 
-    app = create_app(StandInTokenizerManager(), api_key="k", extra_routes=[("/plugin/echo", echo_model, ["GET"])])
+    app = create_app(StandInTokenizerManager(), api_key="k", routes=with_routes(("/plugin/echo", echo_model, ["GET"])))
     async with client_for(app) as client:
         assert (await client.get("/plugin/echo")).status_code == 401
         response = await client.get("/plugin/echo", headers={"Authorization": "Bearer k"})

@@ -15,22 +15,26 @@ from tercet.config import ServerConfig
 from tercet.errors import RequestError
 from tercet.field_checks import IntRange
 from tercet.http import openapi
-from tercet.http.app import BUILTIN_ROUTES, create_app
+from tercet.http.app import CORE_ROUTES, create_app
 from tercet.http.native_request import parse_generate_request
 from tercet.http.openai_request import parse_completion_request
+from tercet.http.plugin_routes import installed_route_registrations
 from tercet.sampling_params import FIELD_RANGES, INT64_MIN, UINT64_MAX
 
 STAND_IN_VOCAB = StandInTokenizerManager.vocab_size
+# What every installed plugin's routes and tercet's own paths make.
+DOCUMENT = openapi.build_document()
+BUILTIN_ROUTE_PLUGINS = {"openai_routes", "native_routes", "control_routes", "anthropic_routes", "responses_routes"}
 
 
 def test_the_document_is_valid_openapi():
-    for document in (openapi.DOCUMENT, openapi.build_document(max_tokens_limit=64, include_update_weights=False)):
+    for document in (DOCUMENT, openapi.build_document(max_tokens_limit=64, include_update_weights=False)):
         schemathesis.openapi.from_dict(document).validate()
 
 
 def test_an_invalid_document_is_caught():
     # The validity check above has teeth.
-    broken = copy.deepcopy(openapi.DOCUMENT)
+    broken = copy.deepcopy(DOCUMENT)
     broken["paths"]["/health"]["get"]["responses"] = "nope"
     with pytest.raises(jsonschema_rs.ValidationError):
         schemathesis.openapi.from_dict(broken).validate()
@@ -38,17 +42,21 @@ def test_an_invalid_document_is_caught():
 
 def test_openapi_spec_validator_agrees():
     # A second, independent validator (in the test extra, so this never skips).
-    openapi_spec_validator.validate(openapi.DOCUMENT)
+    openapi_spec_validator.validate(DOCUMENT)
 
 
 def test_every_builtin_route_is_described():
     operations = {
-        (path, method.lower()) for path, item in openapi.DOCUMENT["paths"].items() for method in item if method != "parameters"
+        (path, method.lower()) for path, item in DOCUMENT["paths"].items() for method in item if method != "parameters"
     }
-    for path, _, methods in BUILTIN_ROUTES:
+    # tercet's own routes (a contrib plugin's may be installed too, and need describe nothing).
+    builtin = [registration.obj for registration in installed_route_registrations()
+               if registration.plugin_name in BUILTIN_ROUTE_PLUGINS]
+    routes = [route.route for route in CORE_ROUTES] + builtin
+    for route in routes:
         # A route's "{model:path}" is the document's "{model}": the converter is starlette's.
-        documented_path = re.sub(r"\{(\w+):\w+\}", r"{\1}", path)
-        for method in methods:
+        documented_path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+        for method in route.methods:
             assert (documented_path, method.lower()) in operations
     expected = {
         ("/generate", "post"),
@@ -69,7 +77,7 @@ def test_every_builtin_route_is_described():
 
 
 def test_operation_ids_are_unique():
-    ids = [op["operationId"] for item in openapi.DOCUMENT["paths"].values() for op in item.values()]
+    ids = [op["operationId"] for item in DOCUMENT["paths"].values() for op in item.values()]
     assert len(ids) == len(set(ids))
 
 
@@ -82,19 +90,19 @@ def test_fuzzing_variant_caps_tokens_and_drops_paths():
     assert native["max_new_tokens"]["maximum"] == 64 and native["min_new_tokens"]["maximum"] == 64
     assert "/update_weights_from_disk" not in document["paths"]
     assert "/pause_generation" not in document["paths"]
-    uncapped = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["max_tokens"]
+    uncapped = DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["max_tokens"]
     assert uncapped["maximum"] == FIELD_RANGES["max_new_tokens"].maximum
 
 
 @pytest.mark.anyio
 async def test_served_at_openapi_json():
-    app = create_app(StandInTokenizerManager(), extra_routes=openapi.ROUTES)
+    app = create_app(StandInTokenizerManager())
     async with client_for(app) as client:
         response = await client.get("/openapi.json")
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     # The served document knows the vocabulary, which bounds token ids and top_k.
-    assert response.json() == openapi.build_document(vocab_size=STAND_IN_VOCAB) != openapi.DOCUMENT
+    assert response.json() == openapi.build_document(vocab_size=STAND_IN_VOCAB) != DOCUMENT
 
 
 def _as_json_schema(schema):
@@ -135,12 +143,12 @@ def _resolved(schema):
     if not isinstance(schema, dict):
         return schema
     if "$ref" in schema:
-        return _resolved(openapi.DOCUMENT["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]])
+        return _resolved(DOCUMENT["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]])
     return {key: _resolved(value) for key, value in schema.items()}
 
 
 def _response_schema(path: str, status: str) -> dict:
-    schema = openapi.DOCUMENT["paths"][path]["get"]["responses"][status]["content"]["application/json"]["schema"]
+    schema = DOCUMENT["paths"][path]["get"]["responses"][status]["content"]["application/json"]["schema"]
     return _as_json_schema(_resolved(schema))
 
 
@@ -412,7 +420,7 @@ def test_ranges_come_from_the_parsers_table():
     properties = SERVED["components"]["schemas"]["CompletionRequest"]["properties"]
     assert properties["top_k"]["maximum"] == STAND_IN_VOCAB
     assert properties["stop_token_ids"]["items"]["maximum"] == STAND_IN_VOCAB - 1
-    generic = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]
+    generic = DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]
     assert generic["top_k"]["maximum"] == FIELD_RANGES["top_k"].maximum
     for name, value_range in FIELD_RANGES.items():
         if isinstance(value_range, IntRange) and value_range.vocab_offset is None:
@@ -422,12 +430,12 @@ def test_ranges_come_from_the_parsers_table():
 
 @pytest.mark.anyio
 async def test_prompt_lists_are_bounded_by_the_servers_batch_limit():
-    completion = openapi.DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["prompt"]
+    completion = DOCUMENT["components"]["schemas"]["CompletionRequest"]["properties"]["prompt"]
     assert [branch.get("maxItems") for branch in completion["oneOf"]] == [None, None, 256, 256]
     assert ServerConfig().max_prompts_per_request == 256
     manager = StandInTokenizerManager()
     manager.batch_limit = 3  # the TokenizerManager's: server.max_prompts_per_request, or what the server holds
-    async with client_for(create_app(manager, extra_routes=openapi.ROUTES)) as client:
+    async with client_for(create_app(manager)) as client:
         served = (await client.get("/openapi.json")).json()
     schemas = served["components"]["schemas"]
     prompt = schemas["CompletionRequest"]["properties"]["prompt"]

@@ -13,10 +13,10 @@ class InlinePolicyPlugin:
         register("shortest-first", lambda config: "policy object")
 
 
-class RoutePlugin:
+class HandlerPlugin:
     @hookimpl
-    def register_http_routes(self, register):
-        register("/hello", "endpoint", ["GET"])
+    def register_message_handlers(self, component, register):
+        register(int, f"{component} handler")
 
 
 def test_builtins_arrive_through_entry_points():
@@ -53,8 +53,9 @@ def test_the_same_name_twice_is_an_error():
 
 
 def test_unnamed_registrations_are_collected_as_tuples():
-    plugin_manager = create_plugin_manager(load_entry_points=False, extra_plugins=[RoutePlugin()])
-    assert collect_pairs(plugin_manager, "register_http_routes") == [("/hello", "endpoint", ["GET"])]
+    plugin_manager = create_plugin_manager(load_entry_points=False, extra_plugins=[HandlerPlugin()])
+    assert collect_pairs(plugin_manager, "register_message_handlers", component="scheduler") == [
+        (int, "scheduler handler")]
 
 
 def test_every_hookspec_is_documented():

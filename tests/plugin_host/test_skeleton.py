@@ -34,7 +34,7 @@ ALL_KINDS = sorted(KINDS_BY_SLUG)
 
 def test_the_kinds_are_the_table_of_component_kinds_each_with_its_templates():
     assert sorted(kind.kind for kind in KINDS_BY_SLUG.values()) == sorted(kind.kind for kind in COMPONENT_KINDS)
-    assert "scheduling-policy" in KINDS_BY_SLUG and "message-type" in KINDS_BY_SLUG
+    assert "scheduling-policy" in KINDS_BY_SLUG and "message-type" in KINDS_BY_SLUG and "route" in KINDS_BY_SLUG
     for kind in COMPONENT_KINDS:
         for template in ("plugin.py.tmpl", "test_plugin.py.tmpl", "about.md.tmpl"):
             assert (TEMPLATES / kind.registry / template).is_file(), f"{kind.kind}: no {template}"
@@ -90,6 +90,7 @@ def test_each_skeleton_is_a_distribution_whose_module_registers_its_component(sl
     expected = {
         "message_types": f"{names.module}.{names.entry_point}_req",  # a wire tag
         "model_architectures": f"{names.class_name}ForCausalLM",  # the name a config.json gives
+        "http_routes": f"/kit-demo-{slug}",  # a route is registered under its path
     }.get(kind.registry, f"kit-demo-{slug}")
     assert registered == [expected]
 
@@ -182,8 +183,10 @@ def test_installed_skeletons_show_in_tercet_plugins(throwaway_venv, installed_sk
         names = SkeletonNames.of(f"kit-{slug}")
         plugin = described[names.entry_point]
         assert (plugin["distribution"], plugin["module"], plugin["disabled"]) == (names.distribution, names.module, False)
-        kind = KINDS_BY_SLUG[slug].kind
-        assert [item["kind"] for item in plugin["registers"]] == [kind]
+        kinds = {KINDS_BY_SLUG[slug].kind}
+        if slug == "message-type":  # a message type comes with its route
+            kinds.add(KINDS_BY_SLUG["route"].kind)
+        assert {item["kind"] for item in plugin["registers"]} == kinds
     # Nothing leaked into this environment.
     assert SkeletonNames.of("kit-scheduling-policy").entry_point not in {
         name for name, _ in create_plugin_manager().list_name_plugin()}

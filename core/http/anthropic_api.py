@@ -1,0 +1,44 @@
+"""The Anthropic Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Served over chat completions (:mod:`tercet.http.chat_bridge`): a body is
+translated (:mod:`tercet.http.anthropic_request`), generated as a chat completion
+would be, and its answer written as a message of content blocks
+(:mod:`tercet.http.anthropic_response`), or streamed as the Messages API's
+events (:mod:`tercet.http.anthropic_stream`). Errors are in Anthropic's shape
+(the route registers :func:`anthropic_error_body` as its error body).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tercet.http.anthropic_request import RENAMES, chat_body
+from tercet.http.anthropic_response import content_block, message, new_message_id, stop_reason, usage
+from tercet.http.anthropic_stream import anthropic_event_stream, message_events
+from tercet.http.chat_blocks import message_blocks
+from tercet.http.chat_bridge import answer_chat, parse_chat_body, stream_chat
+from tercet.http.errors import read_json_object
+from tercet.http.sse import EventStreamResponse
+
+
+async def create_message(request: Request, tokenizer_manager) -> Response:
+    chat = chat_body(await read_json_object(request))
+    openai_request = await parse_chat_body(chat, request, tokenizer_manager, RENAMES)
+    stop_sequences = chat.get("stop", [])
+    if openai_request.stream:
+        chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, RENAMES)
+        events = message_events(openai_request, chunks, watch, stop_sequences)
+        return EventStreamResponse(anthropic_event_stream(events), on_close=watch.stream.aclose)
+    answer = await answer_chat(request, tokenizer_manager, openai_request, RENAMES)
+    content = [content_block(block) for block in message_blocks(answer.message)]
+    reason = stop_reason(answer.chat_finish_reason, answer.watch, stop_sequences)
+    return JSONResponse(message(new_message_id(), openai_request.model, content, reason, usage(answer.watch)))
+
+
+async def count_tokens(request: Request, tokenizer_manager) -> Response:
+    """The prompt's tokens as the model would see them: system, messages and tools through the chat template."""
+    chat = chat_body(await read_json_object(request), count_only=True)
+    chat["max_tokens"] = 1  # room for an answer is not what is counted; the prompt must only fit
+    openai_request = await parse_chat_body(chat, request, tokenizer_manager, RENAMES)
+    return JSONResponse({"input_tokens": len(openai_request.generate_request.input_ids or ())})

@@ -1,0 +1,113 @@
+"""Other chat protocols served over chat completions: the Anthropic Messages API, the OpenAI Responses API.
+
+Each protocol's body is translated into a chat completions body, which is then
+read, checked, templated and generated exactly as ``/v1/chat/completions``
+does (tools, structured output and sampling included); the answer comes back
+as chat completion dicts (a message, or deltas) for the protocol to rewrite in
+its own shape (through :mod:`tercet.http.chat_blocks`). What the chat answer
+does not say, how exactly a completion ended, :class:`FinishWatch` keeps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+
+from tercet.errors import RequestError
+from tercet.frontend.io_struct import GenerateOutput
+from tercet.http.generation import GenerationStream, collect_generation, open_generation
+from tercet.http.openai_params import renamed
+from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request
+from tercet.http.openai_response import chat_completion_response
+from tercet.http.openai_stream import chat_completion_chunks
+from tercet.http.scheduling_fields import with_scheduling_fields
+from tercet.ipc.messages import FinishReason
+
+
+async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, renames: dict[str, str]) -> OpenAIRequest:
+    """A translated body read as ``/v1/chat/completions`` reads one; a refusal names the protocol's own field."""
+    try:
+        openai_request = await parse_chat_completion_request(
+            chat_body,
+            tokenizer_manager.served_model_name,
+            tokenizer_manager.context_len,
+            tokenizer_manager.tokenize_chat,
+            tokenizer_manager.vocab_size,
+            tokenizer_manager.chat_tools,
+        )
+        generate_request = with_scheduling_fields(openai_request.generate_request, chat_body, request)
+    except RequestError as error:
+        raise _renamed(error, renames) from None
+    return dataclasses.replace(openai_request, generate_request=generate_request)
+
+
+def _renamed(error: RequestError, renames: dict[str, str]) -> RequestError:
+    # A field inside another ("messages[1].content", "response_format.type") is renamed by its prefix.
+    for old, new in renames.items():
+        if error.param is not None and error.param.startswith((old + "[", old + ".")) and old != new:
+            return type(error)(error.message.replace(old, new, 1), new + error.param[len(old):], error.status_code)
+    return renamed(error, renames)
+
+
+class FinishWatch:
+    """A generation's pieces, passed on, remembering how the completion ended and its token counts."""
+
+    def __init__(self, stream: GenerationStream):
+        self.stream = stream
+        self.finish_reason: FinishReason | None = None
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cached_tokens = 0
+
+    def __aiter__(self) -> AsyncIterator[GenerateOutput]:
+        return self._watched()
+
+    async def _watched(self) -> AsyncIterator[GenerateOutput]:
+        async for piece in self.stream:
+            self.note(piece)
+            yield piece
+
+    def note(self, piece: GenerateOutput) -> None:
+        self.prompt_tokens, self.cached_tokens = piece.prompt_tokens, piece.cached_tokens
+        self.completion_tokens = piece.completion_tokens
+        if piece.finish_reason is not None:
+            self.finish_reason = piece.finish_reason
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatAnswer:
+    """A whole chat completion: its message and finish reason (OpenAI's), and how it ended."""
+
+    message: dict
+    chat_finish_reason: str | None
+    watch: FinishWatch
+
+
+async def answer_chat(request: Request, tokenizer_manager, openai_request: OpenAIRequest,
+                      renames: dict[str, str]) -> ChatAnswer:
+    stream = await _open(request, tokenizer_manager, openai_request, renames)
+    watch = FinishWatch(stream)
+    outputs = await collect_generation(request, stream)
+    for output in outputs:
+        watch.note(output)
+    (choice,) = chat_completion_response(openai_request, outputs, None)["choices"]
+    return ChatAnswer(choice["message"], choice["finish_reason"], watch)
+
+
+async def stream_chat(request: Request, tokenizer_manager, openai_request: OpenAIRequest,
+                      renames: dict[str, str]) -> tuple[AsyncIterator[dict], FinishWatch]:
+    """The chat completion chunks of a streamed answer, and the watch over its pieces."""
+    watch = FinishWatch(await _open(request, tokenizer_manager, openai_request, renames))
+    return chat_completion_chunks(openai_request, watch, None), watch
+
+
+async def _open(request: Request, tokenizer_manager, openai_request: OpenAIRequest,
+                renames: dict[str, str]) -> GenerationStream:
+    try:
+        return await open_generation(request, tokenizer_manager, openai_request.generate_request)
+    except RequestError as error:
+        # A refused constraint names its sampling parameter: the field it came from, in the protocol's name.
+        field = openai_request.constraint_field
+        raise _renamed(error, {**renames, "json_schema": renames.get(field, field)}) from None

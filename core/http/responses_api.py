@@ -1,0 +1,37 @@
+"""The OpenAI Responses API: ``POST /v1/responses``, stateless.
+
+Served over chat completions (:mod:`tercet.http.chat_bridge`): a body is
+translated (:mod:`tercet.http.responses_request`), generated as a chat completion
+would be, and its answer written as a response of output items
+(:mod:`tercet.http.responses_output`), or streamed as the Responses API's events
+(:mod:`tercet.http.responses_stream`). Nothing is stored: a response cannot be
+retrieved or continued by its id.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from tercet.http.chat_blocks import message_blocks
+from tercet.http.chat_bridge import answer_chat, parse_chat_body, stream_chat
+from tercet.http.errors import read_json_object
+from tercet.http.responses_output import ResponseHeader, new_item_id, output_items, status_of, usage
+from tercet.http.responses_request import RENAMES, chat_body
+from tercet.http.responses_stream import response_events, responses_event_stream
+from tercet.http.sse import EventStreamResponse
+
+
+async def create_response(request: Request, tokenizer_manager) -> Response:
+    body = await read_json_object(request)
+    openai_request = await parse_chat_body(chat_body(body), request, tokenizer_manager, RENAMES)
+    header = ResponseHeader.of(body, openai_request.model)
+    if openai_request.stream:
+        chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, RENAMES)
+        events = response_events(header, chunks, watch)
+        return EventStreamResponse(responses_event_stream(events), on_close=watch.stream.aclose)
+    answer = await answer_chat(request, tokenizer_manager, openai_request, RENAMES)
+    blocks = message_blocks(answer.message)
+    status, reason = status_of(answer.watch)
+    output = output_items(blocks, [new_item_id(block.kind) for block in blocks], status)
+    return JSONResponse(header.response(status, output, usage(answer.watch), reason))

@@ -1,0 +1,24 @@
+"""The control plane as HTTP routes, SGLang's: flush the cache, server info, abort, pause, resume, new weights.
+
+Each is a fan-out to every data-parallel rank (``tercet.http.control_api``, named by
+reference so that nothing of it is imported until the API server builds its app).
+"""
+
+from tercet.plugin_api import hookimpl
+
+HANDLERS = "tercet.http.control_api"
+PATHS = "tercet.http.openapi_paths"
+ROUTES = (
+    ("/flush_cache", "flush_cache", "POST", "FLUSH_CACHE"),
+    ("/get_server_info", "get_server_info", "GET", "GET_SERVER_INFO"),
+    ("/abort_request", "abort_request", "POST", "ABORT_REQUEST"),
+    ("/pause_generation", "pause_generation", "POST", "PAUSE_GENERATION"),
+    ("/continue_generation", "continue_generation", "POST", "CONTINUE_GENERATION"),
+    ("/update_weights_from_disk", "update_weights_from_disk", "POST", "UPDATE_WEIGHTS_FROM_DISK"),
+)
+
+
+@hookimpl
+def register_http_routes(register):
+    for path, handler, method, path_item in ROUTES:
+        register(path, f"{HANDLERS}:{handler}", [method], openapi=f"{PATHS}:{path_item}")
