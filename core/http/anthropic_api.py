@@ -10,30 +10,45 @@ events (:mod:`tercet.http.anthropic_stream`). Errors are in Anthropic's shape
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.http.anthropic_request import RENAMES, chat_body
+from tercet.http.anthropic_request import RENAMES, chat_body, require_thinking_support, thinking_enabled
 from tercet.http.anthropic_response import content_block, message, new_message_id, stop_reason, usage
 from tercet.http.anthropic_stream import anthropic_event_stream, message_events
-from tercet.http.chat_blocks import message_blocks
+from tercet.http.chat_blocks import REASONING, REASONING_FIELD, message_blocks
 from tercet.http.chat_bridge import answer_chat, parse_chat_body, stream_chat
 from tercet.http.errors import read_json_object
 from tercet.http.sse import EventStreamResponse
 
 
 async def create_message(request: Request, tokenizer_manager) -> Response:
-    chat = chat_body(await read_json_object(request))
+    body = await read_json_object(request)
+    chat = chat_body(body)
+    require_thinking_support(body, tokenizer_manager.reasoning)
     openai_request = await parse_chat_body(chat, request, tokenizer_manager, RENAMES)
     stop_sequences = chat.get("stop", [])
+    # A reasoning parser always keeps the reasoning out of the text; it is shown only when asked for.
+    shows_thinking = thinking_enabled(body)
     if openai_request.stream:
         chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, RENAMES)
+        chunks = chunks if shows_thinking else _without_reasoning(chunks)
         events = message_events(openai_request, chunks, watch, stop_sequences)
         return EventStreamResponse(anthropic_event_stream(events), on_close=watch.stream.aclose)
     answer = await answer_chat(request, tokenizer_manager, openai_request, RENAMES)
-    content = [content_block(block) for block in message_blocks(answer.message)]
+    content = [content_block(block) for block in message_blocks(answer.message)
+               if shows_thinking or block.kind != REASONING]
     reason = stop_reason(answer.chat_finish_reason, answer.watch, stop_sequences)
     return JSONResponse(message(new_message_id(), openai_request.model, content, reason, usage(answer.watch)))
+
+
+async def _without_reasoning(chunks: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    async for chunk in chunks:
+        for choice in chunk["choices"]:
+            choice["delta"].pop(REASONING_FIELD, None)
+        yield chunk
 
 
 async def count_tokens(request: Request, tokenizer_manager) -> Response:

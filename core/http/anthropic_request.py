@@ -36,7 +36,7 @@ def chat_body(body: dict, *, count_only: bool = False) -> dict:
         chat["tool_choice"] = _tool_choice(body.get("tool_choice"))
     elif body.get("tool_choice") is not None:
         _tool_choice(body.get("tool_choice"))  # checked, though without tools it has nothing to choose
-    _refuse_thinking(body.get("thinking"))
+    _check_thinking(body.get("thinking"))
     if count_only:
         return chat
     _require_max_tokens(body)
@@ -198,12 +198,22 @@ def _metadata_user(metadata) -> str | None:
     return user
 
 
-def _refuse_thinking(thinking) -> None:
+def _check_thinking(thinking) -> None:
     if thinking is None:
         return
     if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
         raise RequestError('thinking must be {"type": "enabled", "budget_tokens": n} or {"type": "disabled"}',
                            "thinking")
-    if thinking["type"] == "enabled":
-        raise RequestError("thinking: extended thinking needs a reasoning parser, which this server does not "
-                           "run; leave thinking out", "thinking")
+
+
+def thinking_enabled(body: dict) -> bool:
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") == "enabled"
+
+
+def require_thinking_support(body: dict, reasoning) -> None:
+    """``thinking: enabled`` needs the server's reasoning parser (``reasoning``, None without one): the
+    answer's reasoning then comes as ``thinking`` blocks. ``budget_tokens`` is not enforced."""
+    if thinking_enabled(body) and reasoning is None:
+        raise RequestError("thinking: extended thinking needs a reasoning parser ([reasoning] parser), which "
+                           "this server does not run; leave thinking out", "thinking")

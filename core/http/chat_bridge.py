@@ -36,6 +36,7 @@ async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, 
             tokenizer_manager.tokenize_chat,
             tokenizer_manager.vocab_size,
             tokenizer_manager.chat_tools,
+            tokenizer_manager.reasoning,
         )
         generate_request = with_scheduling_fields(openai_request.generate_request, chat_body, request)
     except RequestError as error:

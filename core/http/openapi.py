@@ -133,7 +133,7 @@ def _page_paths() -> dict:
         },
         "/favicon.ico": {
             "get": {
-                **_operation("favicon", "The chat page's icon (SVG); never needs the API key",
+                **operation("favicon", "The chat page's icon (SVG); never needs the API key",
                              {"200": {"description": "the icon", "content": {"image/svg+xml": {"schema": {"type": "string"}}}}}),
                 "security": [],
             }

@@ -7,6 +7,8 @@ from http_stand_in import MODEL, StandInTokenizerManager, piece
 
 from tercet.http.app import create_app
 from tercet.ipc.messages import FinishReason
+from tercet.reasoning.reader import ReasoningReader
+from tercet.reasoning.tags import TaggedReasoningParser
 
 pytestmark = pytest.mark.anyio
 CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -142,6 +144,20 @@ async def test_bad_input_is_a_400_in_anthropics_shape(body, named):
     assert error.status_code == (404 if "does not exist" in named else 400)
     assert error.body["type"] == "error" and named in error.body["error"]["message"]
     assert error.body["error"]["type"] in ("invalid_request_error", "not_found_error")
+
+
+async def test_with_a_reasoning_parser_the_reasoning_comes_as_a_thinking_block():
+    manager = StandInTokenizerManager([piece("<think>Two and two.</think>\n\nFour.", [1], FinishReason("stop"))])
+    manager.reasoning = ReasoningReader(TaggedReasoningParser("<think>", "</think>"), "think_reasoning_parser",
+                                        manager.failures)
+    reply = await client_for(manager).messages.create(
+        model=MODEL, max_tokens=9, messages=HI, thinking={"type": "enabled", "budget_tokens": 1024})
+    assert [block.type for block in reply.content] == ["thinking", "text"]
+    assert (reply.content[0].thinking, reply.content[1].text) == ("Two and two.", "Four.")
+    # Not asked for: the reasoning is still kept out of the text, and not shown.
+    manager.script = [piece("<think>Two and two.</think>\n\nFour.", [1], FinishReason("stop"))]
+    quiet = await client_for(manager).messages.create(model=MODEL, max_tokens=9, messages=HI)
+    assert [(block.type, block.text) for block in quiet.content] == [("text", "Four.")]
 
 
 async def test_errors_before_the_handler_are_in_anthropics_shape_too():
