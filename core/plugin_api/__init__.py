@@ -51,6 +51,7 @@ from tercet.plugin_host.native_build import load_library as load_native_library
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
+from tercet.scheduler.proposer import DraftRequest, Proposer
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.stats import SchedulerStats
 from tercet.tools.tool_calls import (
@@ -75,6 +76,7 @@ __all__ = [
     "ControlReply",
     "ControlRequest",
     "DecodeLimits",
+    "DraftRequest",
     "EncoderArchitecture",
     "FinishKind",
     "FinishReason",
@@ -92,6 +94,7 @@ __all__ = [
     "NativeBuildError",
     "NativeSource",
     "PrefixCacheView",
+    "Proposer",
     "RequestError",
     "RequestView",
     "SamplingParams",
