@@ -185,7 +185,9 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     with the target model, so a wrong guess costs time, never output: the
     tokens emitted are the target's. A proposer that raises, or answers
     something malformed, gives no drafts that step, counted against its
-    plugin. ``proposer = "none"`` (the default) turns speculation off.
+    plugin. With tensor parallelism every rank asks its own proposer, so its
+    drafts must be a pure function of what it is shown (as ``ngram``'s are).
+    ``proposer = "none"`` (the default) turns speculation off.
     """,
     ),
     ComponentKind(

@@ -2,11 +2,15 @@
 
 A step does, in order: retract requests until every decoder has room for its
 next token; plan each running request's feed (decoders their last token,
-prefilling requests a share of the chunk budget); run the forward; record
-what was fed as cached; pick the rows to sample (requests that fed their last
-token, and n > 1 followers whose leader's prompt just completed); mask
-constrained rows; sample; and let each sampled token finish its request when
-it is done (:mod:`tercet.scheduler.sampled_tokens`).
+prefilling requests a share of the chunk budget), then append the speculative
+proposer's drafts to the feeds of decoders that speculate
+(:mod:`tercet.scheduler.speculation`); run the forward; record what was fed
+as cached; pick the rows to sample (requests that fed their last token, n > 1
+followers whose leader's prompt just completed, and one row per draft
+position of a speculating request); mask constrained rows; sample; and let
+each sampled token finish its request when it is done
+(:mod:`tercet.scheduler.sampled_tokens`), a speculating request's accepted
+tokens one by one (:mod:`tercet.scheduler.draft_verification`).
 """
 
 from __future__ import annotations

@@ -40,8 +40,9 @@ def proposer_plugin(name: str, proposer: Proposer):
     return Plugin()
 
 
-def run_collecting(harness, max_steps: int = 2000) -> dict[str, dict]:
-    """Step until idle; per request id its ``tokens``, ``logprobs``, ``top`` and finish ``reason``."""
+def run_collecting(harness, max_steps: int = 2000, after_step=None) -> dict[str, dict]:
+    """Step until idle (calling ``after_step()`` after each step); per request id its ``tokens``,
+    ``logprobs``, ``top`` and finish ``reason``."""
     seen: dict[str, dict] = {}
     for _ in range(max_steps):
         for output in harness.step():
@@ -53,6 +54,8 @@ def run_collecting(harness, max_steps: int = 2000) -> dict[str, dict]:
                     entry["logprobs"] += logprobs.logprobs
                     entry["top"] += [[pair[0] for pair in top] for top in logprobs.top]
                 entry["reason"] = entry["reason"] or reason
+        if after_step is not None:
+            after_step()
         if harness.is_idle():
             return seen
     raise AssertionError(f"requests did not finish in {max_steps} steps")

@@ -31,10 +31,10 @@ REQUESTS = {
 }
 
 
-def run(harness, requests=REQUESTS):
+def run(harness, requests=REQUESTS, after_step=None):
     for rid, (prompt, params) in requests.items():
         harness.submit(rid, prompt, params)
-    return run_collecting(harness)
+    return run_collecting(harness, after_step=after_step)
 
 
 def assert_same_output(seen, reference):
@@ -88,8 +88,14 @@ def test_a_request_ends_where_its_stop_is_even_within_accepted_drafts(tercet_sch
 
 def test_after_many_rejections_the_kv_pool_is_back_to_its_baseline(tercet_scheduler, reference):
     harness = tercet_scheduler([proposer_plugin("wild", Guesser({}))], ["speculative.proposer=wild"])
-    allocator, cache = harness.scheduler.kv_memory.page_allocator, harness.scheduler.prefix_cache
-    assert_same_output(run(harness), reference)
+    memory = harness.scheduler.kv_memory
+    allocator, cache = memory.page_allocator, harness.scheduler.prefix_cache
+
+    def no_page_holds_only_rejected_drafts():
+        for req in harness.scheduler.queues.running:
+            assert len(req.pages) <= memory.pages_for(req.num_tokens), req.rid
+
+    assert_same_output(run(harness, after_step=no_page_holds_only_rejected_drafts), reference)
     stats = harness.scheduler.model_step.speculation.stats
     assert stats.num_draft_tokens > 50 and stats.num_accepted_tokens == 0
     cache.evict(cache.num_cached_pages)
