@@ -204,6 +204,18 @@ class ReasoningConfig:
     parser: str = "none"
     # The chat template opens the reasoning in the prompt: the output starts inside it.
     starts_in_reasoning: bool = False
+class SpeculativeConfig:
+    # The draft proposer (a registered name: ngram, …) whose drafts each step
+    # verifies in one forward; "none": no speculative decoding.
+    proposer: str = "none"
+    # Most draft tokens a request is given per step (the forward then feeds it k + 1).
+    k: int = field(default=4, metadata={"min": 1, "max": 16})
+    # Speculation runs in a step only while at most this many requests decode in it:
+    # past that, verifying drafts costs more than the tokens it saves (see docs/speculative.md).
+    max_batch: int = _at_least(4, 0)
+    # The ngram proposer's shortest and longest suffix looked up in the request's own tokens.
+    ngram_min: int = field(default=2, metadata={"min": 1, "max": 64})
+    ngram_max: int = field(default=4, metadata={"min": 1, "max": 64})
 
 
 @dataclass(frozen=True)
@@ -218,6 +230,7 @@ class TercetConfig:
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     reasoning: ReasoningConfig = field(default_factory=ReasoningConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

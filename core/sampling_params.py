@@ -67,7 +67,9 @@ OPENAI_PARAM_NAMES = {
 }
 # The constraints a grammar backend compiles; a request sets at most one.
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf")
-FLAG_FIELDS = ("ignore_eos", "skip_special_tokens", "no_stop_trim", "return_logprob", "return_prompt_logprob")
+FLAG_FIELDS = (
+    "ignore_eos", "skip_special_tokens", "no_stop_trim", "return_logprob", "return_prompt_logprob", "speculative",
+)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,9 @@ class SamplingParams:
     # the constraint applies to what follows (tercet.reasoning.parser.ReasoningFrame).
     reasoning_start: str | None = None
     reasoning_end: str | None = None
+    # Let the scheduler's speculative proposer draft for this request ([speculative]
+    # proposer); false opts out. The output is the same either way.
+    speculative: bool = True
 
     def validate(self, vocab_size: int | None = None) -> None:
         """Refuse a value outside its :data:`FIELD_RANGES` range (token ids and top_k

@@ -4,7 +4,7 @@ Besides OpenAI's own fields, the extensions vLLM and SGLang accept on these
 routes (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``, ``no_stop_trim``,
 and SGLang's output constraints ``regex`` and ``ebnf``) are taken too, so their
-clients work unchanged. ``response_format`` is read by
+clients work unchanged, as is tercet's own ``speculative`` (false: no drafts). ``response_format`` is read by
 :mod:`tercet.http.structured_output`. A JSON ``null`` means "the default".
 The field parsers below, and :func:`checked_sampling_params`, the one place a
 request's :class:`SamplingParams` is built and validated, are shared with
@@ -36,6 +36,7 @@ DIRECT_FIELDS = {
     "ignore_eos": "ignore_eos",
     "skip_special_tokens": "skip_special_tokens",
     "no_stop_trim": "no_stop_trim",
+    "speculative": "speculative",
     "n": "n",
     "regex": "regex",
     "ebnf": "ebnf",

@@ -141,6 +141,7 @@ def _sampling_fields(max_tokens_limit: int | None, vocab_size: int | None) -> di
         "ignore_eos": {"type": "boolean"},
         "skip_special_tokens": {"type": "boolean"},
         "no_stop_trim": {"type": "boolean"},
+        "speculative": {"type": "boolean", "description": "false: no speculative drafts for this request"},
         "logit_bias": _logit_bias(),
         "n": sampling_field("n"),
         "regex": _constraint("a regular expression the whole output matches"),

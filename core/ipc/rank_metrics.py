@@ -49,6 +49,12 @@ class RankMetricsReport:
     queue_time: HistogramCounts
     prefill_time: HistogramCounts
     decode_time: HistogramCounts
+    # Speculative decoding: the proposer ("" when off), request-steps that verified drafts,
+    # the draft tokens verified, and those accepted.
+    speculative_proposer: str = ""
+    speculative_verifications: int = 0
+    speculative_draft_tokens: int = 0
+    speculative_accepted_tokens: int = 0
 
     @property
     def histograms(self) -> tuple[HistogramCounts, ...]:

@@ -45,6 +45,18 @@ RANK_HISTOGRAMS = [
     ("request_decode_time_seconds", "First output token to the finish", lambda r: r.decode_time),
 ]
 CACHE_CONFIG_LABELS = ["page_size", "num_pages", "max_total_tokens", "prefix_cache"]
+# Speculative decoding, per proposer (a rank reports them only while one is configured).
+SPECULATION_FAMILIES = [
+    (CounterMetricFamily, "spec_decode_num_verifications", "Request-steps that verified draft tokens",
+     lambda r: r.speculative_verifications),
+    (CounterMetricFamily, "spec_decode_num_draft_tokens", "Draft tokens verified", lambda r: r.speculative_draft_tokens),
+    (CounterMetricFamily, "spec_decode_num_accepted_tokens", "Draft tokens the target model accepted",
+     lambda r: r.speculative_accepted_tokens),
+    (GaugeMetricFamily, "spec_decode_acceptance_rate", "Accepted draft tokens per draft token verified, 0 to 1",
+     lambda r: _ratio(r.speculative_accepted_tokens, r.speculative_draft_tokens)),
+    (GaugeMetricFamily, "spec_decode_mean_accepted_length", "Draft tokens accepted per verification",
+     lambda r: r.speculative_accepted_tokens / r.speculative_verifications if r.speculative_verifications else 0.0),
+]
 
 
 class RankCollector:
@@ -85,12 +97,23 @@ class RankCollector:
             age.add_metric([self.model_name, rank], seconds)
         yield age
         yield self._cache_config(latest)
+        yield from self._speculation(latest)
 
     def _family(self, family_type, name: str, help_text: str, latest, value_of):
         family = family_type(PREFIX + name, help_text, labels=LABELS)
         for rank, report, _ in latest:
             family.add_metric([self.model_name, rank], value_of(report))
         return family
+
+    def _speculation(self, latest):
+        speculating = [(rank, report) for rank, report, _ in latest if report.speculative_proposer]
+        if not speculating:
+            return
+        for family_type, name, help_text, value_of in SPECULATION_FAMILIES:
+            family = family_type(PREFIX + name, help_text, labels=[*LABELS, "proposer"])
+            for rank, report in speculating:
+                family.add_metric([self.model_name, rank, report.speculative_proposer], value_of(report))
+            yield family
 
     def _cache_config(self, latest) -> GaugeMetricFamily:
         info = GaugeMetricFamily(PREFIX + "cache_config_info", "The rank's KV cache configuration (value 1)",

@@ -199,6 +199,30 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_speculative_proposers",
+        kind="speculative proposer",
+        registry="speculative_proposers",
+        config_key=("speculative", "proposer"),
+        extra_choices=("none",),
+        doc="""Register draft proposers for speculative decoding, chosen by ``[speculative] proposer``.
+
+    ``register(name, factory)`` where ``factory(config)`` takes the resolved
+    :class:`tercet.config.TercetConfig` and returns a
+    :class:`tercet.scheduler.proposer.Proposer`: ``propose(requests)`` gets a
+    read-only :class:`tercet.scheduler.proposer.DraftRequest` for each decoding
+    request that may speculate this step (its prompt and output tokens, and
+    the most drafts it may take) and answers a list of draft token ids for
+    each, in order (empty: no guess); ``forget(rid)`` drops any state kept for
+    a request that left. The scheduler verifies every draft in one forward
+    with the target model, so a wrong guess costs time, never output: the
+    tokens emitted are the target's. A proposer that raises, or answers
+    something malformed, gives no drafts that step, counted against its
+    plugin. With tensor parallelism every rank asks its own proposer, so its
+    drafts must be a pure function of what it is shown (as ``ngram``'s are).
+    ``proposer = "none"`` (the default) turns speculation off.
+    """,
+    ),
+    ComponentKind(
         hook="register_model_architectures",
         kind="model architecture",
         registry="model_architectures",

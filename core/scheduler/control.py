@@ -55,13 +55,16 @@ class ControlTarget:
     # The model: its weights' description, and reloading them.
     model_runner: object
     failures: ContainedFailures
+    # Speculative decoding (a tercet.scheduler.speculation.Speculation), None when off: its figures.
+    speculation: object | None = None
 
     @property
     def prefix_cache(self):
         return self.kv_memory.prefix_cache
 
     def stats(self) -> SchedulerStats:
-        return SchedulerStats.of(self.rank, self.queues, self.kv_memory)
+        speculation = self.speculation.stats.as_dict() if self.speculation is not None else None
+        return SchedulerStats.of(self.rank, self.queues, self.kv_memory, speculation)
 
 
 def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]:

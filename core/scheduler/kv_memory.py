@@ -73,6 +73,13 @@ class RequestKVMemory:
         req.pages.extend(pages)
         return True
 
+    def trim_pages(self, req: Req) -> None:
+        """Free the request's pages past those its tokens need: pages that held only rejected drafts."""
+        keep = max(self.pages_for(req.num_tokens), len(req.tree_pages))
+        if len(req.pages) > keep:
+            self.page_allocator.free(req.pages[keep:])
+            del req.pages[keep:]
+
     def lend(self, lengths: list[int]) -> list[tuple[int, list[int]]] | None:
         """A table row, and pages for its tokens, for each of ``lengths``: for sequences run
         once and forgotten (embeddings), given back with :meth:`take_back` right after their

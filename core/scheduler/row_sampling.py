@@ -29,17 +29,20 @@ class TokenChoice:
 
 
 def sample_rows(reqs: list[Req], logits, stop_conditions: "StopConditions", failures: ContainedFailures,
-                queues: "RequestQueues") -> list[TokenChoice | None]:
+                queues: "RequestQueues", assumed: list[list[int]] | None = None) -> list[TokenChoice | None]:
     """The next token of each request (row i of ``logits`` is ``reqs[i]``); None
-    where that request failed and was ended (through ``queues``)."""
+    where that request failed and was ended (through ``queues``). ``assumed[i]``,
+    where given, are tokens row i takes as already output (drafts being verified):
+    the row is sampled as the step after them would be."""
+    assumed = assumed or [[] for _ in reqs]
     try:
-        return _sample(reqs, logits, stop_conditions)
+        return _sample(reqs, logits, stop_conditions, assumed)
     except Exception:
         failures.record("sampling", f"sampling a batch of {len(reqs)} rows failed; sampling them one by one")
     choices: list[TokenChoice | None] = []
     for row, req in enumerate(reqs):
         try:
-            choices.extend(_sample([req], logits[row:row + 1], stop_conditions))
+            choices.extend(_sample([req], logits[row:row + 1], stop_conditions, assumed[row:row + 1]))
         except Exception:
             failures.record("sampling", f"sampling request {req.rid!r} failed")
             if not req.is_finished:  # its grammar may have ended it already this step
@@ -48,15 +51,16 @@ def sample_rows(reqs: list[Req], logits, stop_conditions: "StopConditions", fail
     return choices
 
 
-def _sample(reqs: list[Req], logits, stop_conditions) -> list[TokenChoice]:
+def _sample(reqs: list[Req], logits, stop_conditions, assumed: list[list[int]]) -> list[TokenChoice]:
     from tercet.model.sampler import SamplingBatch, sample
 
+    output_ids = [_output_with(req, extra) for req, extra in zip(reqs, assumed)]
     sampling_batch = SamplingBatch.from_params(
         [req.sampling_params for req in reqs],
         seeds=[req.seed for req in reqs],
-        steps=[len(req.output_ids) for req in reqs],
+        steps=[len(output) for output in output_ids],
         prompt_ids=[req.input_ids for req in reqs],
-        output_ids=[req.output_ids for req in reqs],
+        output_ids=output_ids,
         stop_token_ids_for_min_tokens=[stop_conditions.expected_stop_token_ids(req) for req in reqs],
         device=logits.device,
     )
@@ -67,3 +71,8 @@ def _sample(reqs: list[Req], logits, stop_conditions) -> list[TokenChoice]:
         TokenChoice(token_id, logprob, top)
         for token_id, logprob, top in zip(result.token_ids, result.logprobs, result.top_logprobs)
     ]
+
+
+def _output_with(req: Req, assumed: list[int]) -> list[int]:
+    # The request's own list when nothing is assumed: no copy for a plain row.
+    return req.output_ids + assumed if assumed else req.output_ids

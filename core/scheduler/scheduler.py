@@ -55,6 +55,7 @@ from tercet.scheduler.output import send_outputs_contained
 from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 from tercet.scheduler.request_queues import RequestQueues
+from tercet.scheduler.speculation import speculation_of
 from tercet.scheduler.stop_conditions import StopConditions
 from tercet.scheduler.tensor_parallel_agreement import agreed_outcomes
 from tercet.scheduler.tensor_parallel_inbox import SilentSender, TensorParallelInbox
@@ -102,13 +103,14 @@ class Scheduler:
             self.queues, self.kv_memory, model_runner, self.timer,
             stop_conditions=self.stop_conditions, failures=self.failures,
             grammar_plugin=self.grammars.plugin_name, chunked_prefill_size=config.scheduler.chunked_prefill_size,
+            speculation=speculation_of(context, model_runner, self.failures),
         )
         self.embedding_step = EmbeddingStep(
             model_runner, self.kv_memory, self.queues, self.timer, token_budget=config.scheduler.chunked_prefill_size,
             max_batch_size=config.scheduler.max_running_requests,
         )
         self.control_target = ControlTarget(
-            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures
+            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures, self.model_step.speculation
         )
         self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
         self._open_edges(port_args)

@@ -41,14 +41,35 @@ class SchedulerStats:
     queue_time: dict = field(default_factory=dict)
     prefill_time: dict = field(default_factory=dict)
     decode_time: dict = field(default_factory=dict)
+    # Speculative decoding's figures (tercet.scheduler.speculation.SpeculationStats.as_dict);
+    # empty when no proposer is configured.
+    speculation: dict = field(default_factory=dict)
 
     @property
     def kv_usage(self) -> float:
         return self.kv_used_tokens / self.kv_total_tokens if self.kv_total_tokens else 0.0
 
+    # The figures /metrics takes from ``speculation``, by the report's field names.
+    @property
+    def speculative_proposer(self) -> str:
+        return self.speculation.get("proposer", "")
+
+    @property
+    def speculative_verifications(self) -> int:
+        return self.speculation.get("verifications", 0)
+
+    @property
+    def speculative_draft_tokens(self) -> int:
+        return self.speculation.get("draft_tokens", 0)
+
+    @property
+    def speculative_accepted_tokens(self) -> int:
+        return self.speculation.get("accepted_tokens", 0)
+
     @classmethod
-    def of(cls, rank: int, queues: "RequestQueues", kv_memory: "RequestKVMemory") -> "SchedulerStats":
-        """The figures of a rank's RequestQueues and RequestKVMemory now."""
+    def of(cls, rank: int, queues: "RequestQueues", kv_memory: "RequestKVMemory",
+           speculation: dict | None = None) -> "SchedulerStats":
+        """The figures of a rank's RequestQueues and RequestKVMemory now (and of its speculation)."""
         page_size = kv_memory.page_size
         allocator = kv_memory.page_allocator
         cache = kv_memory.prefix_cache
@@ -68,4 +89,5 @@ class SchedulerStats:
             queue_time=queues.times.queue.as_dict(),
             prefill_time=queues.times.prefill.as_dict(),
             decode_time=queues.times.decode.as_dict(),
+            speculation=speculation or {},
         )

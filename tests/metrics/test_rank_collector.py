@@ -67,3 +67,16 @@ def test_a_report_no_rank_could_send_is_dropped():
     assert not collector.reported(report(0, decode_time=HistogramCounts([0.1], [3, 1], 1.0)))
     assert collector.reports == {}
     assert sample(registry, "tercet:num_requests_running") is None
+
+
+def test_speculation_figures_are_published_per_proposer_only_while_one_is_set():
+    collector, registry, _ = collector_in_registry()
+    collector.reported(report(0))
+    assert sample(registry, "tercet:spec_decode_num_draft_tokens_total", proposer="ngram") is None
+    collector.reported(report(1, speculative_proposer="ngram", speculative_verifications=10,
+                              speculative_draft_tokens=40, speculative_accepted_tokens=30))
+    assert sample(registry, "tercet:spec_decode_num_draft_tokens_total", "1", proposer="ngram") == 40
+    assert sample(registry, "tercet:spec_decode_num_accepted_tokens_total", "1", proposer="ngram") == 30
+    assert sample(registry, "tercet:spec_decode_acceptance_rate", "1", proposer="ngram") == 0.75
+    assert sample(registry, "tercet:spec_decode_mean_accepted_length", "1", proposer="ngram") == 3.0
+    assert sample(registry, "tercet:spec_decode_acceptance_rate", "0", proposer="") is None

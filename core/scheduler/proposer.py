@@ -1,0 +1,40 @@
+"""What a speculative-decoding proposer is given and must answer.
+
+A proposer guesses the next few tokens of decoding requests; the scheduler
+then checks every guess with the served model in one forward
+(:mod:`tercet.scheduler.speculation`). It sees requests only through
+:class:`DraftRequest`, a read-only view, never the scheduler's own objects.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """One decoding request, as a proposer sees it."""
+
+    rid: str
+    # The prompt's tokens, then every output token so far (the newest last).
+    token_ids: tuple[int, ...]
+    num_prompt_tokens: int
+    # The most draft tokens the scheduler will verify for it this step (at least 1).
+    max_drafts: int
+
+    @property
+    def output_ids(self) -> tuple[int, ...]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+
+class Proposer(ABC):
+    """Guesses continuations; registered through ``register_speculative_proposers``."""
+
+    @abstractmethod
+    def propose(self, requests: Sequence[DraftRequest]) -> list[list[int]]:
+        """Draft token ids for each request, in order: at most its ``max_drafts``, empty for no guess."""
+
+    def forget(self, rid: str) -> None:
+        """The request left (finished, aborted or retracted): drop what was kept for it."""
