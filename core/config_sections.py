@@ -204,6 +204,9 @@ class ReasoningConfig:
     parser: str = "none"
     # The chat template opens the reasoning in the prompt: the output starts inside it.
     starts_in_reasoning: bool = False
+
+
+@dataclass(frozen=True)
 class SpeculativeConfig:
     # The draft proposer (a registered name: ngram, …) whose drafts each step
     # verifies in one forward; "none": no speculative decoding.
