@@ -129,6 +129,13 @@ class StandInTokenizerManager:
     def abort(self, rid: str) -> bool:
         return rid in self.rank_of_rid
 
+    async def abort_request(self, rid: str) -> bool:
+        """As one API worker: the request or any of its completions held here."""
+        return any([self.abort(held) for held in self.rank_of_rid if held == rid or held.startswith(rid + "#")])
+
+    def api_workers(self) -> list[dict]:
+        return [{"worker": 1, "pid": 1, "is_this_one": True}]
+
 
 def client_for(app) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
