@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -36,40 +34,15 @@ import psutil
 from tercet.bench.serving import BenchConfig, run_serving_benchmark
 from tercet.bench.summary import percentile, summarize
 from tercet.formats.embedding_model import ensure_minilm_dir
-from tercet.testing.running_server import free_port
+from tercet.testing.running_server import RunningServer
 
 WORDS = ("river stone lamp orange quiet market window garden silver letter music cloud "
          "engine paper winter forest candle bridge yellow harbor").split()
 
 
-def start_server(model: str | None, workers: int, log_path: Path, settings: list[str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    command = [sys.executable, "-m", "tercet", "serve", "--port", str(port), "--api-workers", str(workers)]
-    command += ["--model", model] if model else []
-    for setting in settings:
-        command += ["--set", setting]
-    process = subprocess.Popen(command, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 900
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}; see {log_path}")
-        try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
-                return process, base_url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"server not healthy; see {log_path}")
-
-
-def stop_server(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+def start_server(model: str | None, workers: int, log_path: Path, settings: list[str]) -> RunningServer:
+    server = RunningServer(Path(model) if model else None, log_path, settings, ["--api-workers", str(workers)])
+    return server.wait_until_healthy(timeout=900)
 
 
 class CpuMeter:
@@ -169,8 +142,9 @@ def measured(process: subprocess.Popen, base_url: str, load) -> dict:
 
 
 def front_door_and_decode(workers: int, arguments, log_dir: Path) -> dict:
-    process, base_url = start_server(arguments.model, workers, log_dir / f"server-{workers}.log",
+    server = start_server(arguments.model, workers, log_dir / f"server-{workers}.log",
                                      ["scheduler.max_running_requests=64", f"scheduler.dp_size={arguments.dp_size}"])
+    process, base_url = server.process, server.base_url
     try:
         model, rng = model_of(base_url), random.Random(0)
         calls = [(lambda text, tokens: lambda client: timed_chat(client, model, text, tokens))(
@@ -181,7 +155,7 @@ def front_door_and_decode(workers: int, arguments, log_dir: Path) -> dict:
         decode = measured(process, base_url, lambda: _decode_figures(run_serving_benchmark(config, sys.stderr)))
         return {"front-door": front, "decode": decode}
     finally:
-        stop_server(process)
+        server.stop()
 
 
 def _decode_figures(run) -> dict:
@@ -192,8 +166,9 @@ def _decode_figures(run) -> dict:
 
 
 def embeddings(workers: int, arguments, log_dir: Path) -> dict:
-    process, base_url = start_server(str(ensure_minilm_dir()), workers, log_dir / f"minilm-{workers}.log",
+    server = start_server(str(ensure_minilm_dir()), workers, log_dir / f"minilm-{workers}.log",
                                      ["scheduler.max_running_requests=64", f"scheduler.dp_size={arguments.dp_size}"])
+    process, base_url = server.process, server.base_url
     try:
         model, rng = model_of(base_url), random.Random(1)
         texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 16)))
@@ -201,7 +176,7 @@ def embeddings(workers: int, arguments, log_dir: Path) -> dict:
         calls = [(lambda text: lambda client: timed_embedding(client, model, text))(text) for text in texts]
         return measured(process, base_url, lambda: asyncio.run(run_load(base_url, 64, calls)))
     finally:
-        stop_server(process)
+        server.stop()
 
 
 def table(results: dict) -> str:
