@@ -270,9 +270,8 @@ def test_sigterm_drains_every_worker(tmp_path, tiny_llama_dir):
                 server, lambda count: waiting_request(server, pool, count, max_new_tokens=4))
             server.process.send_signal(signal.SIGTERM)
             # Draining, each worker refuses new work; the paused requests may still finish.
-            refused = httpx.get(server.base_url + "/health", timeout=TIMEOUT)
-            while refused.status_code != 503:
-                refused = httpx.get(server.base_url + "/health", timeout=TIMEOUT)
+            eventually(lambda: httpx.get(server.base_url + "/health", timeout=TIMEOUT),
+                       lambda response: response.status_code == 503)
             httpx.post(server.base_url + "/continue_generation", timeout=TIMEOUT)
             finished = [future.result()["meta_info"]["finish_reason"]["type"] for future in in_flight]
         assert server.process.wait(timeout=60) == 0
@@ -298,3 +297,48 @@ def test_a_worker_that_cannot_start_is_named(tmp_path, tiny_llama_dir):
         server.stop()
     assert server.process.returncode != 0
     assert re.search(r"api worker [12] process failed: .*these routes cannot be built", server.log()), server.log()
+
+
+def eventually(get, holds, timeout: float = 60):
+    """``get()`` again until ``holds(value)``; the value then (an AssertionError at the timeout)."""
+    deadline = time.monotonic() + timeout
+    value = get()
+    while not holds(value):
+        assert time.monotonic() < deadline, f"never held; last: {str(value)[:2000]}"
+        value = get()
+    return value
+
+
+def test_with_on_child_failure_unhealthy_a_dead_worker_leaves_503s_and_frees_its_requests_kv(tmp_path, tiny_llama_dir):
+    settings = TINY_SETTINGS + WORKERS + ["server.on_child_failure=unhealthy", "cache.prefix_cache=false"]
+    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", settings).wait_until_healthy()
+    body = {"text": "Count", "stream": True, "sampling_params": {"max_new_tokens": 900, "ignore_eos": True}}
+    clients, readers = [], []
+
+    def open_stream(count: int) -> None:
+        client = httpx.Client(base_url=server.base_url, timeout=TIMEOUT)
+        clients.append(client)
+        stream = client.stream("POST", "/generate", json=body)
+        # Both kept: either dropped would close the stream.
+        readers.append((stream, stream.__enter__().iter_raw()))
+        assert next(readers[-1][1]).startswith(b"data: ")
+
+    try:
+        until_both_workers_sent(server, open_stream)
+        # Paused, no request can finish by itself: only an abort frees its KV.
+        assert httpx.post(server.base_url + "/pause_generation", timeout=TIMEOUT).json()["is_paused"]
+        worker_pid = int(re.search(r"api worker 2 is ready \(pid (\d+)\)", server.log()).group(1))
+        psutil.Process(worker_pid).send_signal(signal.SIGKILL)
+        health = eventually(lambda: httpx.get(server.base_url + "/health", timeout=TIMEOUT),
+                            lambda response: response.status_code == 503)
+        assert "api worker 2 process died (killed by signal SIGKILL)" in health.json()["reason"]
+        # Every request on the ranks was aborted, the dead worker's too: no KV is held.
+        eventually(lambda: metric_lines(server), lambda lines: total(lines, "tercet:num_requests_running") == 0
+                   and total(lines, "tercet:num_requests_waiting") == 0 and total(lines, "tercet:kv_cache_usage_perc") == 0,
+                   timeout=30)
+        assert server.process.poll() is None
+    finally:
+        for client in clients:
+            client.close()
+        returncode = server.stop()
+    assert returncode != 0
