@@ -6,7 +6,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from tercet.ipc.runtime_dir import create_runtime_dir
+from tercet.ipc.runtime_dir import SHARED_METRICS_DIR, create_runtime_dir
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class PortArgs:
     @property
     def shared_metrics_dir(self) -> str:
         """Where several API workers keep their request metrics, summed at each scrape."""
-        return os.path.join(self.runtime_dir, "metrics")
+        return os.path.join(self.runtime_dir, SHARED_METRICS_DIR)
 
     def remove_runtime_dir(self) -> None:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
