@@ -40,6 +40,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["auto", *DTYPE_NAMES])
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
+    parser.add_argument("--api-workers", type=int, metavar="N", help="API worker processes serving HTTP on one port")
     parser.add_argument("--served-model-name", metavar="NAME", help="model name shown by /v1/models")
     parser.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY'")
     parser.add_argument("--tp-size", type=int, metavar="N", help="tensor-parallel processes per data-parallel rank")
@@ -67,6 +68,7 @@ def config_from_arguments(arguments: argparse.Namespace):
         ("server", "host"): arguments.host,
         ("server", "port"): arguments.port,
         ("server", "api_key"): arguments.api_key,
+        ("server", "api_workers"): arguments.api_workers,
         ("parallel", "tp_size"): arguments.tp_size,
         ("scheduler", "dp_size"): arguments.dp_size,
         ("parallel", "nnodes"): arguments.nnodes,

@@ -106,6 +106,9 @@ class ServerConfig:
     # Seconds between "where the time goes" log lines of each process (receive,
     # schedule, forward, sampling, output, detokenize…); 0 turns profiling off.
     profile_interval: float = _at_least(0.0, 0.0)
+    # API worker processes serving HTTP on host:port together (SO_REUSEPORT), each with its
+    # own TokenizerManager, tokenizer and chat templating; 1: the main process serves it.
+    api_workers: int = field(default=1, metadata={"min": 1, "max": 64})
 
 
 @dataclass(frozen=True)

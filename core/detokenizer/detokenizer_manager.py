@@ -17,7 +17,7 @@ import logging
 
 from tercet.containment import ContainedFailures
 from tercet.detokenizer.stop_strings import StopStringFilter
-from tercet.ipc.channels import MessageSender
+from tercet.ipc.result_routes import ResultRoutes
 from tercet.ipc.messages import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -39,15 +39,15 @@ EDGE_FROM_SCHEDULER = "edge 2 (scheduler -> detokenizer)"
 
 
 class _ReportingFailures(ContainedFailures):
-    """Counts here, and tells the TokenizerManager, which shows the counts."""
+    """Counts here, and tells every API worker's TokenizerManager, which shows the counts."""
 
-    def __init__(self, sender: MessageSender):
+    def __init__(self, routes: ResultRoutes):
         super().__init__("detokenizer", logger)
-        self.sender = sender
+        self.routes = routes
 
     def count(self, kind: str, plugin: str | None = None) -> int:
         try:
-            self.sender.send(ContainedFailureReport("detokenizer", kind, plugin))
+            self.routes.send_to_all(ContainedFailureReport("detokenizer", kind, plugin))
         except Exception:  # the count here is what matters; the report is a courtesy
             logger.exception("could not report a contained failure")
         return super().count(kind, plugin)
@@ -56,7 +56,8 @@ class _ReportingFailures(ContainedFailures):
 class DetokenizerManager:
     def __init__(self, context: ProcessContext, port_args, tokenizer):
         self.io = ManagerIO(context, "detokenizer", EDGE_FROM_SCHEDULER)
-        self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
+        # Each output goes to the API worker that sent its request (tercet.ipc.result_routes).
+        self.sender_to_tokenizer = ResultRoutes(self.io.open_sender, port_args.tokenizer_inputs)
         self.failures = _ReportingFailures(self.sender_to_tokenizer)
         self.receiver = self.io.open_receiver(port_args.detokenizer_input, self.failures)
         # A request the strategy failed on is aborted wherever it runs (abort is idempotent).
@@ -71,7 +72,7 @@ class DetokenizerManager:
         self.io.set_handlers([
             (BatchTokenIDOutput, self.handle_batch_token_id_output),
             # Embeddings have no text: they go on to the TokenizerManager as they came.
-            (BatchEmbeddingOutput, self.sender_to_tokenizer.send),
+            (BatchEmbeddingOutput, self.sender_to_tokenizer.send_batch),
             *self.io.plugin_handlers(lambda: self),
         ])
 
@@ -135,7 +136,7 @@ class DetokenizerManager:
         def column(values: list) -> list:
             return values if len(rows) == len(values) else [values[row] for row in rows]
 
-        self.sender_to_tokenizer.send(
+        self.sender_to_tokenizer.send_batch(
             BatchStrOutput(
                 rids=column(batch.rids),
                 text_deltas=text_deltas,

@@ -50,7 +50,7 @@ class EmbeddingRequests:
         self.check_capacity(len(request.inputs))
         input_ids = await self.run_off_loop(tokenize_inputs, request, self.tokenize_embedding_input)
         self.check_capacity(len(request.inputs))
-        rids = input_rids(request.rid or uuid.uuid4().hex, request)
+        rids = input_rids(self.worker.tag(request.rid or uuid.uuid4().hex), request)
         self.check_unused(rids, request.rid)
         event = asyncio.Event()
         states = {rid: ReqState(index, event) for index, rid in enumerate(rids)}
@@ -91,7 +91,7 @@ class EmbeddingRequests:
             if state is None:  # its caller has gone
                 continue
             state.out_list.append(EmbeddingOutput(
-                rid, state.index, batch.embeddings[position], batch.prompt_tokens[position], batch.refusals[position]
+                self.worker.untag(rid), state.index, batch.embeddings[position], batch.prompt_tokens[position], batch.refusals[position]
             ))
             state.finished = True
             state.event.set()

@@ -33,8 +33,9 @@ from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.frontend.req_state import ReqState
 from tercet.frontend.tokenizer_embeddings import EmbeddingRequests
+from tercet.ipc.result_routes import ApiWorker
 from tercet.ipc.communicator import Communicator
-from tercet.ipc.control_messages import ControlReply, ControlRequest
+from tercet.ipc.control_messages import AbortRequestsReq, ControlReply, ControlRequest
 from tercet.ipc.messages import (
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -59,8 +60,12 @@ Result = TypeVar("Result")
 
 class TokenizerManager(EmbeddingRequests):
     def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int,
-                 abilities: ModelAbilities | None = None):
+                 abilities: ModelAbilities | None = None, worker: ApiWorker = ApiWorker()):
         self.context = context
+        # Which of the server's API workers this is: its tag on every id it sends brings the results back here.
+        self.worker = worker
+        # Every worker's process id, by number (the main process tells them all once they listen).
+        self.worker_pids: dict[int, int] = {worker.number: os.getpid()}
         # What the model can do (its scheduler said when it came up): generate, embed or both.
         self.abilities = abilities or ModelAbilities()
         self.tokenizer = tokenizer
@@ -82,12 +87,13 @@ class TokenizerManager(EmbeddingRequests):
         # This process's contained failures, and those the detokenizer reports (it logs its own).
         self.failures = ContainedFailures("server", logger)
         # What /metrics publishes of the requests (observed here, as their outputs arrive).
-        self.metrics = ServingMetrics(served_model_name, self.router.num_ranks, context_len)
+        self.metrics = ServingMetrics(served_model_name, self.router.num_ranks, context_len, worker.number,
+                                      port_args.shared_metrics_dir if worker.count > 1 else None)
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.reasoning = ReasoningReader.create(context, self.failures)  # None: [reasoning] parser = "none"
         self.detokenizer_failures = ContainedFailures("detokenizer", logger)
-        self.receiver = self.io.open_async_receiver(port_args.tokenizer_input, self.failures)
+        self.receiver = self.io.open_async_receiver(port_args.tokenizer_inputs[worker.number - 1], self.failures)
         self.rid_to_state: dict[str, ReqState] = {}
         self.io.set_handlers([
             (BatchStrOutput, self.handle_batch_str_output),
@@ -233,10 +239,10 @@ class TokenizerManager(EmbeddingRequests):
         # send nothing awaits, so these checks still hold when it is registered.
         self.check_capacity(request.num_completions)
         n = request.sampling_params.n
-        rid = request.rid or uuid.uuid4().hex
+        rid = self.worker.tag(request.rid or uuid.uuid4().hex)
         rids = prompt_rids(rid, request)
         choices = [choice_rid(prompt_rid, index, n) for prompt_rid in rids for index in range(n)]
-        self.check_unused(choices, rid)
+        self.check_unused(choices, request.rid)
         messages = prompt_messages(request, rids, input_ids)
         event = asyncio.Event()
         states = {choice: ReqState(index, event) for index, choice in enumerate(choices)}
@@ -283,6 +289,20 @@ class TokenizerManager(EmbeddingRequests):
         """Abort one completion by id; False if no such request is in flight here."""
         return self.router.abort(rid)
 
+    async def abort_request(self, rid: str) -> bool:
+        """Abort the request the client knows as ``rid`` (all its completions), held by this
+        API worker or another; whether one was found."""
+        tagged = self.worker.tag(rid)
+        choices = [tagged] + [choice for choice in self.rank_of_rid if choice.startswith(tagged + "#")]
+        if any([self.abort(choice) for choice in choices]):
+            return True
+        others = self.worker.others()
+        if not others:
+            return False
+        # Another worker's: its ranks are unknown here, so every rank looks.
+        replies = await self.control(AbortRequestsReq, rids=[worker.tag(rid) for worker in others])
+        return any(reply.data.get("num_aborted", 0) for reply in replies)
+
     # -- data parallelism and the control plane ------------------------------
 
     @property
@@ -303,7 +323,8 @@ class TokenizerManager(EmbeddingRequests):
         """Send one control request to every rank; their replies, sorted by rank."""
         communicator = self.communicators.get(request_type)
         if communicator is None:
-            communicator = Communicator(request_type, self.router.send_to_all_ranks, self.router.num_ranks, mode)
+            communicator = Communicator(request_type, self.router.send_to_all_ranks, self.router.num_ranks, mode,
+                                        tag_request_id=self.worker.tag)
             self.communicators[request_type] = communicator
         return await communicator.call(timeout, **fields)
 
@@ -318,7 +339,7 @@ class TokenizerManager(EmbeddingRequests):
         finish = FinishReason(FinishKind.ABORT, message=message, status_code=503)
         for rid, state in list(self.rid_to_state.items()):
             if not state.finished:
-                state.out_list.append(GenerateOutput(rid, "", [], finish, 0, 0, index=state.index))
+                state.out_list.append(GenerateOutput(self.worker.untag(rid), "", [], finish, 0, 0, index=state.index))
                 state.finished = True
                 state.event.set()
 
@@ -334,6 +355,11 @@ class TokenizerManager(EmbeddingRequests):
         else:  # no other child reports this way: a confused sender
             self.failures.count("unhandled_message")
             logger.error("dropped a failure report from an unknown component %r", report.component)
+
+    def api_workers(self) -> list[dict]:
+        """The server's API workers, for /get_server_info."""
+        return [{"worker": number, "pid": pid, "is_this_one": number == self.worker.number}
+                for number, pid in sorted(self.worker_pids.items())]
 
     def contained_failures(self) -> dict:
         """This process's and the detokenizer's counts, for /get_server_info (each rank reports its own)."""
@@ -357,7 +383,7 @@ class TokenizerManager(EmbeddingRequests):
                 continue
             state.out_list.append(
                 GenerateOutput(
-                    rid=rid,
+                    rid=self.worker.untag(rid),
                     text=batch.text_deltas[position],
                     token_ids=list(batch.new_token_ids[position]),
                     finish_reason=finish_reason,

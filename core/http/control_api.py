@@ -68,6 +68,7 @@ async def get_server_info(request: Request, tokenizer_manager) -> Response:
         "context_len": tokenizer_manager.context_len,
         "config": config,
         "requests_in_flight_per_rank": tokenizer_manager.num_requests_per_rank(),
+        "api_workers": tokenizer_manager.api_workers(),
         "contained_failures": tokenizer_manager.contained_failures(),
         "ranks": [reply.data for reply in replies],
     })
@@ -81,9 +82,7 @@ async def abort_request(request: Request, tokenizer_manager) -> Response:
         return JSONResponse({"ok": True, "num_aborted": sum(reply.data.get("num_aborted", 0) for reply in replies)})
     if rid is None:
         raise RequestError('send {"rid": "<request id>"} or {"abort_all": true}', "rid")
-    choices = [rid] + [choice for choice in tokenizer_manager.rank_of_rid if choice.startswith(rid + "#")]
-    aborted = [choice for choice in choices if tokenizer_manager.abort(choice)]
-    return JSONResponse({"ok": True, "aborted": bool(aborted)})
+    return JSONResponse({"ok": True, "aborted": await tokenizer_manager.abort_request(rid)})
 
 
 def _abort_target(body: dict) -> tuple[bool, str | None]:

@@ -28,6 +28,7 @@ async def serve_http(
     on_listening: Callable[[], None] | None = None,
     *,
     graceful_timeout: float = 2.0,
+    reuse_port: bool = False,
 ) -> None:
     """Serve ``app`` on ``host:port`` until ``shutdown_trigger`` returns.
 
@@ -40,8 +41,11 @@ async def serve_http(
     to it as ``fd://``: hypercorn has no "now listening" hook, and this way a
     connection made right after ``on_listening`` waits in the backlog instead
     of being refused. It also makes port 0 (any free port) loggable.
+
+    With ``reuse_port`` several processes listen on the same port (SO_REUSEPORT):
+    the kernel spreads new connections over them (the API workers).
     """
-    listener = _listen(host, port)
+    listener = _listen(host, port, reuse_port)
     try:
         config = Config()
         config.accesslog = None
@@ -60,18 +64,38 @@ async def serve_http(
         listener.close()
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    listener = socket.socket(family, kind, proto)
+def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    listener = _bound_socket(host, port, reuse_port)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        listener.bind(address)
         listener.listen(LISTEN_BACKLOG)
     except OSError:
         listener.close()
         raise
     return listener
+
+
+def _bound_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        listener.bind(address)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def reserve_shared_port(host: str, port: int) -> socket.socket:
+    """Hold ``host:port`` for the API workers: bound with SO_REUSEPORT but not listening, so no
+    connection comes to it, the workers can all bind it, and port 0 becomes one port for all.
+    A port already in use by anything else is refused here (``OSError``), not shared."""
+    with _bound_socket(host, port, reuse_port=False) as probe:
+        port = probe.getsockname()[1]
+    return _bound_socket(host, port, reuse_port=True)
 
 
 def _hypercorn_logger() -> logging.Logger:

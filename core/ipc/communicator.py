@@ -18,13 +18,15 @@ from tercet.ipc.control_messages import ControlReply, ControlRequest
 
 class Communicator:
     def __init__(self, request_type: type[ControlRequest], send_to_all_ranks: Callable[[ControlRequest], None],
-                 num_ranks: int, mode: str = "serial"):
+                 num_ranks: int, mode: str = "serial", tag_request_id: Callable[[str], str] = str):
         if mode not in ("serial", "shared"):
             raise ValueError(f"unknown communicator mode {mode!r}; use serial or shared")
         self.request_type = request_type
         self.send_to_all_ranks = send_to_all_ranks
         self.num_ranks = num_ranks
         self.mode = mode
+        # With several API workers the id names the asking one, whom the ranks reply to.
+        self.tag_request_id = tag_request_id
         self.lock = asyncio.Lock()
         self.in_flight: asyncio.Future | None = None
         self.request_id: str | None = None
@@ -50,7 +52,7 @@ class Communicator:
                 self.in_flight = None
 
     async def _round_trip(self, timeout: float, fields: dict) -> list[ControlReply]:
-        self.request_id = uuid.uuid4().hex
+        self.request_id = self.tag_request_id(uuid.uuid4().hex)
         self.replies = []
         self.all_replied = asyncio.Event()
         self.send_to_all_ranks(self.request_type(request_id=self.request_id, **fields))

@@ -54,6 +54,14 @@ class AbortAllReq(ControlRequest):
 
 
 @dataclass(frozen=True)
+class AbortRequestsReq(ControlRequest):
+    """Abort the requests ``rids`` and their completions (``rid#i``) wherever they run: how an
+    API worker aborts a request another worker holds (it cannot know the rank, nor n)."""
+
+    rids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class UpdateWeightsFromDiskReq(ControlRequest):
     """Reload the weights from a checkpoint directory of the same architecture.
 
@@ -70,5 +78,6 @@ CONTROL_MESSAGE_TYPES = {
     "tercet.pause_generation_req": PauseGenerationReq,
     "tercet.continue_generation_req": ContinueGenerationReq,
     "tercet.abort_all_req": AbortAllReq,
+    "tercet.abort_requests_req": AbortRequestsReq,
     "tercet.update_weights_from_disk_req": UpdateWeightsFromDiskReq,
 }

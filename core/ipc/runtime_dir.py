@@ -11,8 +11,9 @@ clean up instead:
 Both remove only what is provably a dead tercet server's: a ``tercet-*``
 directory of this user, mode 0700, holding an owner file that names a process
 that is gone (same pid and start time, so a reused pid does not count as
-alive), and holding nothing but sockets and that owner file; anything else in
-it makes them leave it all alone.
+alive), and holding nothing but sockets, that owner file and the API workers'
+metrics directory (holding nothing but prometheus_client's ``.db`` files);
+anything else in it makes them leave it all alone.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "tercet-"
 OWNER_FILE = "owner"
+# Where several API workers keep their request metrics (tercet.metrics.shared_metrics).
+SHARED_METRICS_DIR = "metrics"
 # What makes an owner file tercet's, and which layout it describes.
 OWNER_FORMAT = "tercet runtime dir 1"
 # How long the watcher waits for its dead parent to finish exiting.
@@ -120,7 +123,7 @@ def remove_if_abandoned(runtime_dir: str) -> bool:
                            owner["pid"])
             return False
         for path in paths:
-            os.unlink(path)
+            _remove(path)
         os.rmdir(runtime_dir)
     except FileNotFoundError:  # another sweep got there first
         return not os.path.exists(runtime_dir)
@@ -130,8 +133,20 @@ def remove_if_abandoned(runtime_dir: str) -> bool:
     return True
 
 
+def _remove(path: str) -> None:
+    if os.path.basename(path) == SHARED_METRICS_DIR:
+        for name in os.listdir(path):
+            os.unlink(os.path.join(path, name))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
 def _is_ours_to_remove(path: str) -> bool:
-    return os.path.basename(path) == OWNER_FILE or stat.S_ISSOCK(os.lstat(path).st_mode)
+    mode = os.lstat(path).st_mode
+    if os.path.basename(path) == SHARED_METRICS_DIR and stat.S_ISDIR(mode):
+        return all(entry.is_file(follow_symlinks=False) and entry.name.endswith(".db") for entry in os.scandir(path))
+    return os.path.basename(path) == OWNER_FILE or stat.S_ISSOCK(mode)
 
 
 def sweep_abandoned_runtime_dirs(parent_dir: str | None = None) -> list[str]:

@@ -13,14 +13,17 @@ rank is meant):
 - each rank's figures (:mod:`tercet.metrics.rank_collector`): requests running and waiting,
   KV usage, the prefix cache, preemptions, queue, prefill and decode times, the cache's
   configuration;
+- ``tercet:api_worker_requests_total{api_worker}``: completions and embedding inputs each
+  API worker sent to the ranks;
 - the API process's own ``process_*`` (CPU, memory, open files), ``python_info`` and
-  ``python_gc_*``.
+  ``python_gc_*`` (with several API workers: those of the worker scraped).
 
 The request figures are observed here, in the API process, as outputs arrive
 (a few additions per output piece; the scheduler's step does not see them).
 The rank figures are the latest each rank sent of itself, so a scrape never waits
-on a rank, no metric is shared between processes and ``prometheus_client``'s
-multi-process mode is not needed.
+on a rank. With one API worker no metric is shared between processes; with several,
+the request metrics are summed over the workers at each scrape
+(:mod:`tercet.metrics.shared_metrics`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, GCCollector, Histogram
 
 from tercet.metrics.latency_histogram import LATENCY_BUCKETS
 from tercet.metrics.rank_collector import LABELS, PREFIX, RankCollector
+from tercet.metrics.shared_metrics import keep_metrics_in, summed_registry
 
 # Inter-token latencies are milliseconds; the latency buckets start at one.
 TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -58,29 +62,41 @@ class _InFlight:
 
 
 class ServingMetrics:
-    """``num_ranks``: data-parallel ranks whose reports are taken; ``context_len`` bounds the token histograms."""
+    """``num_ranks``: data-parallel ranks whose reports are taken; ``context_len`` bounds the token histograms;
+    ``api_worker``: the API worker observing; ``shared_dir``: where the API workers' request metrics
+    are kept to be summed (None with one worker)."""
 
-    def __init__(self, model_name: str, num_ranks: int = 1, context_len: int = DEFAULT_MAX_TOKENS_BUCKET):
+    def __init__(self, model_name: str, num_ranks: int = 1, context_len: int = DEFAULT_MAX_TOKENS_BUCKET,
+                 api_worker: int = 1, shared_dir: str | None = None):
         self.model_name = model_name
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._add_request_metrics(token_count_buckets(context_len))
+        self.api_worker = str(api_worker)
+        if shared_dir is None:
+            self.registry = CollectorRegistry(auto_describe=True)
+            self._add_request_metrics(token_count_buckets(context_len), self.registry)
+        else:
+            keep_metrics_in(shared_dir)
+            # The metrics write to their files; the scrape reads every worker's.
+            self._add_request_metrics(token_count_buckets(context_len), None)
+            self.registry = summed_registry(shared_dir)
         self.ranks = RankCollector(model_name, num_ranks)
         self.registry.register(self.ranks)
         for collector in (ProcessCollector, PlatformCollector, GCCollector):
             collector(registry=self.registry)
         self.in_flight: dict[str, _InFlight] = {}
 
-    def _add_request_metrics(self, token_buckets: tuple[int, ...]) -> None:
+    def _add_request_metrics(self, token_buckets: tuple[int, ...], registry: CollectorRegistry | None) -> None:
         def counter(name, help_text, labels=LABELS):
-            return Counter(PREFIX + name, help_text, labels, registry=self.registry)
+            return Counter(PREFIX + name, help_text, labels, registry=registry)
 
         def histogram(name, help_text, buckets):
-            return Histogram(PREFIX + name, help_text, LABELS, buckets=buckets, registry=self.registry)
+            return Histogram(PREFIX + name, help_text, LABELS, buckets=buckets, registry=registry)
 
         self.finished = counter("request_success", "Completions that ended, by finish reason",
                                 [*LABELS, "finished_reason"])
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of finished completions")
         self.generation_tokens = counter("generation_tokens", "Generated tokens")
+        self.worker_requests = counter("api_worker_requests", "Completions and embedding inputs each API worker sent",
+                                       ["model_name", "api_worker"])
         self.embedding_inputs = counter("embedding_inputs", "Inputs of /v1/embeddings that ended, by outcome",
                                         [*LABELS, "outcome"])
         self.time_to_first_token = histogram("time_to_first_token_seconds", "Request to first token", LATENCY_BUCKETS)
@@ -96,6 +112,7 @@ class ServingMetrics:
 
     def started(self, rid: str, rank: int) -> None:
         self.in_flight[rid] = _InFlight(str(rank), time.perf_counter())
+        self.worker_requests.labels(self.model_name, self.api_worker).inc()
 
     def output(self, rid: str, num_new_tokens: int, prompt_tokens: int, finish_reason) -> None:
         """A piece of completion ``rid`` arrived: ``num_new_tokens`` more, finished when ``finish_reason``."""

@@ -136,7 +136,7 @@ def _node_port_args(welcome: dict, topology: Topology, node: int, own_address: s
             for rank, endpoint in enumerate(welcome["scheduler_inputs"])
         ),
         detokenizer_input=welcome["detokenizer_input"],
-        tokenizer_input=welcome["tokenizer_input"],
+        tokenizer_inputs=tuple(welcome["tokenizer_inputs"]),
         tp_store=welcome["tp_store"],
     )
 

@@ -18,6 +18,7 @@ from tercet.containment import ContainedFailures
 from tercet.errors import TercetError
 from tercet.ipc.control_messages import (
     AbortAllReq,
+    AbortRequestsReq,
     ContinueGenerationReq,
     ControlReply,
     ControlRequest,
@@ -74,6 +75,7 @@ def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]
         (PauseGenerationReq, lambda message: set_paused(target, True)),
         (ContinueGenerationReq, lambda message: set_paused(target, False)),
         (AbortAllReq, lambda message: abort_all(target)),
+        (AbortRequestsReq, lambda message: abort_requests(target, message.rids)),
         (UpdateWeightsFromDiskReq, lambda message: update_weights(target, message.model_path)),
     ]
 
@@ -126,6 +128,27 @@ def abort_all(target: ControlTarget) -> dict:
             target.queues.finish(req, reason)
             victims.append(req)
     return {"num_aborted": len(victims)}
+
+
+def abort_requests(target: ControlTarget, rids: list[str]) -> dict:
+    """Abort each of ``rids`` and its completions ``rid#i``: running, waiting, embedding or compiling."""
+    chosen = {rid for rid in _rids_held(target) if any(rid == wanted or rid.startswith(wanted + "#") for wanted in rids)}
+    reason = FinishReason(FinishKind.ABORT, message="aborted by /abort_request")
+    compiling = [req for group in target.grammars.drop(chosen) for req in group]
+    for req in compiling:
+        target.queues.finish(req, reason)
+    num_aborted = sum(target.queues.abort(rid, reason) for rid in chosen)
+    return {"num_aborted": len(compiling) + num_aborted}
+
+
+def _rids_held(target: ControlTarget) -> list[str]:
+    queues = target.queues
+    return [
+        *(req.rid for req in queues.running),
+        *(req.rid for leader in queues.waiting for req in leader.group),
+        *(req.rid for req in queues.waiting_embeddings),
+        *(req.rid for entry in target.grammars.pending for req in entry.group),
+    ]
 
 
 def update_weights(target: ControlTarget, model_path: str) -> dict:

@@ -27,6 +27,7 @@ from tercet.config_sections import CacheConfig
 from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
+from tercet.ipc.result_routes import ResultRoutes
 from tercet.ipc.control_messages import ControlRequest
 from tercet.ipc.messages import (
     AbortReq,
@@ -119,7 +120,7 @@ class Scheduler:
         # The rank's figures for /metrics, sent between steps without being asked.
         self.metrics_reporter = RankMetricsReporter(
             lambda: report_of(self.control_target.stats(), self.prefix_cache is not None),
-            self.sender_to_tokenizer.send, self.failures,
+            self.sender_to_tokenizer.send_to_all, self.failures,
         )
 
     def _contained_policy(self, context: ProcessContext) -> ContainedPolicy:
@@ -151,13 +152,14 @@ class Scheduler:
         if self.tp.rank == 0:
             self.receiver = self.io.open_receiver(port_args.scheduler_inputs[self.rank], self.failures)
             self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
-            # Control replies go straight back to the TokenizerManager.
-            self.sender_to_tokenizer = self.io.open_sender(port_args.tokenizer_input)
+            # Control replies go straight back to the API worker that asked; figures to every worker.
+            self.sender_to_tokenizer = ResultRoutes(self.io.open_sender, port_args.tokenizer_inputs)
         else:
             # A tensor-parallel peer: rank 0 receives and answers for the group.
             self.io.failures = self.failures
             self.receiver = None
-            self.sender_to_detokenizer = self.sender_to_tokenizer = SilentSender()
+            self.sender_to_detokenizer = SilentSender()
+            self.sender_to_tokenizer = ResultRoutes(lambda endpoint: SilentSender(), port_args.tokenizer_inputs[:1])
         if self.tp.enabled:
             self.inbox = TensorParallelInbox(self.tp, self.receiver)
 
@@ -242,7 +244,7 @@ class Scheduler:
 
     def replying(self, handler):
         """Wrap a control handler: its result (or failure) goes back as a ControlReply."""
-        return lambda message: self.sender_to_tokenizer.send(answer(self.control_target, message, handler))
+        return lambda message: self.sender_to_tokenizer.send_reply(answer(self.control_target, message, handler))
 
     # -- message handlers -------------------------------------------------
 

@@ -133,6 +133,13 @@ class StandInTokenizerManager:
     def abort(self, rid: str) -> bool:
         return rid in self.rank_of_rid
 
+    async def abort_request(self, rid: str) -> bool:
+        """As one API worker: the request or any of its completions held here."""
+        return any([self.abort(held) for held in self.rank_of_rid if held == rid or held.startswith(rid + "#")])
+
+    def api_workers(self) -> list[dict]:
+        return [{"worker": 1, "pid": 1, "is_this_one": True}]
+
 
 def with_routes(*routes: tuple, plugin_name: str = "test_plugin") -> list[Registration]:
     """Every installed plugin's routes, and ``routes`` (``register``'s arguments, its keyword arguments

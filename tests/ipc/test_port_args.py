@@ -29,3 +29,15 @@ def test_tcp_endpoints_are_distinct_loopback_ports():
         assert len(set(endpoints)) == 3
     finally:
         port_args.remove_runtime_dir()
+
+
+def test_each_api_worker_has_its_own_result_endpoint():
+    port_args = PortArgs.create(IpcTransport(IpcConfig()), api_workers=3)
+    try:
+        assert len(set(port_args.tokenizer_inputs)) == 3
+        # Worker 1's is the endpoint a single API process has always had.
+        assert port_args.tokenizer_input == port_args.tokenizer_inputs[0]
+        assert port_args.tokenizer_input.endswith("/tokenizer")
+        assert port_args.shared_metrics_dir.startswith(port_args.runtime_dir)
+    finally:
+        port_args.remove_runtime_dir()

@@ -13,6 +13,7 @@ import pytest
 
 from tercet.ipc.runtime_dir import (
     OWNER_FILE,
+    SHARED_METRICS_DIR,
     RuntimeDirWatcher,
     create_runtime_dir,
     is_process_gone,
@@ -57,6 +58,14 @@ def test_the_sweep_removes_a_dead_servers_dir_and_keeps_a_live_ones(tmp_path):
     assert not os.path.exists(abandoned) and os.path.exists(alive)
 
 
+def test_the_sweep_removes_the_api_workers_metrics_files_too(tmp_path):
+    abandoned = abandoned_dir(tmp_path)
+    os.mkdir(os.path.join(abandoned, SHARED_METRICS_DIR))
+    open(os.path.join(abandoned, SHARED_METRICS_DIR, "counter_123.db"), "w").close()
+    assert sweep_abandoned_runtime_dirs(str(tmp_path)) == [abandoned]
+    assert not os.path.exists(abandoned)
+
+
 def test_a_reused_pid_does_not_keep_a_dir_alive():
     start_time = process_start_time(os.getpid())
     assert not is_process_gone(os.getpid(), start_time)
@@ -79,6 +88,7 @@ def test_a_zombie_is_gone():
     [
         ("not tercet's name", lambda path: os.rename(path, path.replace("tercet-", "other-"))),
         ("holds a file that is not a socket", lambda path: open(os.path.join(path, "notes.txt"), "w").close()),
+        ("holds a metrics directory with more than metrics", lambda path: _metrics_dir_with(path, "notes.txt")),
         ("has no owner file", lambda path: os.unlink(os.path.join(path, OWNER_FILE))),
         ("the owner file is not tercet's", lambda path: _rewrite_owner(path, {"pid": 1})),
         ("another mode", lambda path: os.chmod(path, 0o755)),
@@ -98,6 +108,11 @@ def test_the_sweep_does_not_follow_a_symlink(tmp_path):
     os.symlink(target, tmp_path / "tercet-link")
     assert sweep_abandoned_runtime_dirs(str(tmp_path)) == []
     assert os.path.exists(target)
+
+
+def _metrics_dir_with(runtime_dir: str, name: str) -> None:
+    os.mkdir(os.path.join(runtime_dir, SHARED_METRICS_DIR))
+    open(os.path.join(runtime_dir, SHARED_METRICS_DIR, name), "w").close()
 
 
 def _rewrite_owner(runtime_dir: str, owner: dict) -> None:

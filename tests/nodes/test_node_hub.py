@@ -14,7 +14,7 @@ from tercet.processes.supervisor import ChildFailed, ChildSupervisor
 DESCRIPTION = {"scheduler.max_running_requests": "8", "server.api_key": "hmac-sha256:5eed", "checkpoint size": 100}
 SECRET = "0123456789abcdef0123"
 WELCOME = {"scheduler_inputs": ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], "detokenizer_input": "tcp://127.0.0.1:3",
-           "tokenizer_input": "tcp://127.0.0.1:4", "tp_store": "127.0.0.1:5"}
+           "tokenizer_inputs": ["tcp://127.0.0.1:4"], "tp_store": "127.0.0.1:5"}
 
 
 @pytest.fixture
