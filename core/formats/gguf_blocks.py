@@ -77,7 +77,7 @@ class BlockQuantized:
         """These rows, selected or reordered by ``index`` along N."""
         return BlockQuantized(
             self.type_name,
-            self.codes[index],
+            _select_rows(self.codes, index),
             self.scales[index],
             None if self.mins is None else self.mins[index],
         )
@@ -99,6 +99,14 @@ class BlockQuantized:
             torch.cat([part.scales for part in parts]),
             None if first.mins is None else torch.cat([part.mins for part in parts]),
         )
+
+
+def _select_rows(codes: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``codes[index]``, moved 8 bytes at a time: torch indexes one-byte elements one by one (the
+    q and k rows of the default model took 1 s of every start that way, against 10 ms)."""
+    if not codes.is_contiguous():
+        codes = codes.contiguous()
+    return torch.index_select(codes.view(torch.int64), 0, index).view(codes.dtype)
 
 
 def read_tensor(gguf: GgufFile, name: str) -> torch.Tensor | BlockQuantized:
