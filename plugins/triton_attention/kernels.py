@@ -102,7 +102,7 @@ def _extend_kernel(
     req_to_token_ptr, req_to_token_stride, req_pool_indices_ptr, prefix_lens_ptr, extend_lens_ptr,
     extend_start_loc_ptr, out_ptr, out_stride_token, scaling,
     GROUP_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_IN_FLOAT32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_IN_FLOAT32: tl.constexpr, PRECISION: tl.constexpr,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -132,14 +132,14 @@ def _extend_kernel(
         offsets = slots[:, None] * cache_stride_slot + (head // GROUP_SIZE) * cache_stride_head + dims[None, :]
         load_mask = position_mask[:, None] & dim_mask[None, :]
         k = tl.load(k_cache_ptr + offsets, mask=load_mask, other=0.0).to(dot_dtype)
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scaling
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
         visible = (positions[None, :] <= (prefix_len + offsets_m)[:, None]) & position_mask[None, :]
         scores = tl.where(visible, scores, -float("inf"))
         new_max = tl.maximum(running_max, tl.max(scores, 1))
         weights = tl.exp(scores - new_max[:, None])
         rescale = tl.exp(running_max - new_max)
         v = tl.load(v_cache_ptr + offsets, mask=load_mask, other=0.0).to(dot_dtype)
-        acc = acc * rescale[:, None] + tl.dot(weights.to(dot_dtype), v, input_precision="ieee")
+        acc = acc * rescale[:, None] + tl.dot(weights.to(dot_dtype), v, input_precision=PRECISION)
         running_sum = running_sum * rescale + tl.sum(weights, 1)
         running_max = new_max
 
@@ -196,4 +196,6 @@ def extend_attention(
         out, out.stride(0), scaling,
         GROUP_SIZE=num_heads // k_cache.shape[1], HEAD_DIM=head_dim, BLOCK_D=_block_d(head_dim),
         BLOCK_M=block_m, BLOCK_N=block_n, DOT_IN_FLOAT32=dot_in_float32,
+        # float32 operands multiply in full precision (not TF32); bfloat16 ones take the default.
+        PRECISION="ieee" if dot_in_float32 or k_cache.dtype == torch.float32 else "tf32",
     )

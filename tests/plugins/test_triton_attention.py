@@ -55,7 +55,7 @@ def check_against_torch_native(seed, spans, num_kv_heads, group, head_dim, page_
                      **TOLERANCE[dtype])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     # (cached prefix, new tokens): prefill (no prefix), chunks over a prefix, decode rows (one new token).
     spans=st.lists(st.tuples(st.integers(0, 150), st.integers(1, 40)), min_size=1, max_size=3),
@@ -67,7 +67,7 @@ def test_steps_with_prompt_tokens_attend_and_write_as_torch_native_does(
     check_against_torch_native(seed, spans, num_kv_heads, group, head_dim, page_size, dtype)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(seq_lens=st.lists(st.integers(1, 300), min_size=1, max_size=4), **shapes)
 def test_decode_steps_attend_and_write_as_torch_native_does(
     seed, seq_lens, num_kv_heads, group, head_dim, page_size, dtype
