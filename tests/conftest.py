@@ -9,6 +9,11 @@ from pathlib import Path
 import pytest
 from device_lane import DEVICE_VARIABLE, in_cuda_lane
 
+if not in_cuda_lane():
+    # Triton kernels run on CPU tensors only in Triton's interpreter, and Triton decides that
+    # when it is first imported: before any test (or library) imports it, not in one test module.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from tercet.formats.default_model import find_default_gguf
 from tercet.formats.gguf_file import GgufFile
 

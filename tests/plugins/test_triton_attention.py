@@ -1,7 +1,7 @@
 """The triton backend against torch_native: the same attention and the same cache writes.
 
-On the CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, set
-here before the kernels are first imported); in the cuda lane
+On the CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, which
+tests/conftest.py sets before anything imports triton); in the cuda lane
 (TERCET_TEST_DEVICE=cuda) they are compiled for the GPU. Random steps mix
 prefill, chunks over cached prefixes and decode rows; others are decode only
 (the split kernel), with sequences long enough for several splits; GQA
@@ -17,16 +17,12 @@ the cuda lane allows 3e-2 absolute, 2e-2 relative.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from device_lane import device_name, in_cuda_lane
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-if not in_cuda_lane():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
 from tercet.plugin_api import AttentionLayout, ConfigError
