@@ -161,6 +161,8 @@ def main() -> int:
     parser.add_argument("--no-ignore-eos", action="append", default=[], metavar="NAME",
                         help="a system that rejects ignore_eos (transformers serve): its requests may end at EOS")
     arguments = parser.parse_args()
+    # A SIGTERM (a time limit's) unwinds like an exception, so the server running is stopped, not left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     concurrencies = arguments.concurrency or [1, 8, 32]
     results: dict[str, dict[int, dict]] = {}
     for system in arguments.system:

@@ -68,6 +68,11 @@ class ModelConfig:
     # torch's CPU threads in each scheduler process. 0: as many as the cores that other
     # processes leave free, looked at about once a second (tercet.model.cpu_threads).
     cpu_threads: int = _at_least(0, 0)
+    # On CUDA: decode batches of up to this many sequences replay CUDA graphs captured at
+    # start-up, one per batch-size bucket (1, 2, 4, 8, 16, 24…; tercet.model.decode_graphs),
+    # capped by scheduler.max_running_requests; larger batches and prompt steps run eagerly.
+    # Needs an attention backend that supports graphs (triton). 0: every step eager.
+    cuda_graph_max_batch: int = _at_least(0, 0)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,29 @@ import os
 from pathlib import Path
 
 import pytest
+from device_lane import DEVICE_VARIABLE, in_cuda_lane
+
+if not in_cuda_lane():
+    # Triton kernels run on CPU tensors only in Triton's interpreter, and Triton decides that
+    # when it is first imported: before any test (or library) imports it, not in one test module.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tercet.formats.default_model import find_default_gguf
 from tercet.formats.gguf_file import GgufFile
+
+
+def pytest_collection_modifyitems(items):
+    """Skip the ``cuda`` lane, saying why, unless TERCET_TEST_DEVICE=cuda asks for it (tests/device_lane.py)."""
+    if in_cuda_lane():
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(f"{DEVICE_VARIABLE}=cuda, but torch sees no CUDA device")
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU: the cuda lane runs with {DEVICE_VARIABLE}=cuda pytest -m cuda")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,10 @@
 import json
+import os
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from tercet.cli import main
 
@@ -33,7 +35,23 @@ def test_plugins_json_lists_builtins_with_distribution():
     assert serializer["distribution"] == "tercet"
     assert serializer["hooks"] == ["register_serializers"]
     assert serializer["registers"] == [{"kind": "serializer", "name": "msgpack"}]
-    assert {"kind": "attention backend", "name": "torch_native"} in plugins["torch_native_attention"]["registers"]
+    assert plugins["torch_native_attention"]["registers"] == [
+        {"kind": "attention backend", "name": "torch_native", "unavailable_reason": None}
+    ]
+    backends = [item["name"] for plugin in plugins.values() for item in plugin["registers"]
+                if item["kind"] == "attention backend"]
+    assert {"torch_native", "paged_cpu", "triton", "flashinfer"} <= set(backends)
+
+
+def test_plugins_listing_says_why_a_backend_is_unavailable():
+    completed = subprocess.run(
+        [sys.executable, "-m", "tercet", "plugins"], capture_output=True, text=True, check=True,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+    )
+    assert "registers attention backend: torch_native (available)" in completed.stdout
+    if not torch.cuda.is_available():  # flashinfer wants CUDA, triton a GPU or its interpreter
+        assert "registers attention backend: flashinfer (unavailable: " in completed.stdout
+        assert "registers attention backend: triton (unavailable: " in completed.stdout
 
 
 def test_plugins_text_listing(capsys):

@@ -42,6 +42,12 @@ class AttentionLayout:
 class AttentionBackend(abc.ABC):
     """Causal attention of a batch of sequences over the paged KV cache."""
 
+    # True promises that a decode step can be captured in a CUDA graph and replayed
+    # (tercet.model.decode_graphs): ``forward`` launches the same work whatever the
+    # batch's values, reads only the batch's tensors and the slot table ``prepare``
+    # was given, never a host value of the batch, and holds no host sync.
+    supports_cuda_graphs: bool = False
+
     @abc.abstractmethod
     def prepare(self, batch: ForwardBatch, req_to_token: torch.Tensor) -> None:
         """Build this step's metadata (gather indices, masks) once, before layer 0."""

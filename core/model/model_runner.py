@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import logging
 import math
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +25,7 @@ from tercet.formats.weight_formats import BLOCK_FORMATS
 from tercet.model.architecture import ModelArchitecture, choose_architecture
 from tercet.model.attention import AttentionLayout
 from tercet.model.components import ModelComponents
+from tercet.model.decode_graphs import CudaGraphCapturer, DecodeGraphs
 from tercet.model.determinism import require_batch_invariant_layers
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.fused_ops import cpu_fused_ops_for
@@ -35,6 +37,7 @@ from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
+logger = logging.getLogger(__name__)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -74,6 +77,7 @@ class ModelRunner:
         quantized = _runs_quantized(self.checkpoint, self.linear_methods)
         self.dtype = resolve_dtype(model.dtype, self.device, quantized=quantized)
         self.tp = tp
+        self.graph_max_batch = min(model.cuda_graph_max_batch, max_running_requests)
         shape = self.architecture.shape(self.config)
         shards = LlamaShards.of(shape, tp)
         self._size_kv_pool(shape, shards, cache, model.kv_cache_memory)
@@ -92,6 +96,7 @@ class ModelRunner:
         self.attention_backend = (backend.result() if model_layout == layout
                                   else components.attention_backend(model_layout))
         self.model.attach(self.attention_backend, self.kv_cache)
+        self.decode_graphs = self._decode_graphs()
         self.eos_token_ids = self.checkpoint.eos_token_ids()
         # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
         self.pooling = self._pooling_of(model.pooling)
@@ -132,9 +137,11 @@ class ModelRunner:
 
     def _allocate_kv_memory(self, shape: LlamaShape, shards: LlamaShards, max_running_requests: int) -> None:
         """The paged KV cache of this rank's KV heads, its page allocator and the request → slot table."""
+        # With decode graphs, one more page than the allocator hands out: its first slot takes padding rows' K/V.
+        scratch_pages = 1 if self.graph_max_batch else 0
         self.kv_cache = PagedKVCache(
-            shape.num_layers, shards.local_kv_heads, shape.head_dim, self.num_pages, self.page_size, self.dtype,
-            self.device,
+            shape.num_layers, shards.local_kv_heads, shape.head_dim, self.num_pages + scratch_pages, self.page_size,
+            self.dtype, self.device,
         )
         self.page_allocator = PageAllocator(self.num_pages)
         self.req_to_token_pool = ReqToTokenPool(max_running_requests, self.context_len, self.device)
@@ -172,6 +179,7 @@ class ModelRunner:
         model, report = self.load_model(checkpoint)
         model.attach(self.attention_backend, self.kv_cache)
         self.model, self.load_report = model, report
+        self.decode_graphs = self._decode_graphs()  # the old graphs replay the old weights
         self.checkpoint, self.model_path, self.config = checkpoint, checkpoint.path, checkpoint.config
 
     def build_batch(
@@ -184,8 +192,33 @@ class ModelRunner:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[B, vocab]`` (float32) of each sequence's last new token."""
         with torch.inference_mode():
-            self.attention_backend.prepare(batch, self.req_to_token_pool.table)
-            return self.model(batch)
+            if self.decode_graphs is not None:
+                logits = self.decode_graphs.replay(batch)
+                if logits is not None:
+                    return logits
+            return self.eager_forward(batch)
+
+    def eager_forward(self, batch: ForwardBatch) -> torch.Tensor:
+        self.attention_backend.prepare(batch, self.req_to_token_pool.table)
+        return self.model(batch)
+
+    def _decode_graphs(self) -> DecodeGraphs | None:
+        """The decode graphs ``model.cuda_graph_max_batch`` asks for, captured on CUDA (uncaptured
+        elsewhere: every step then runs eagerly); None when it asks for none."""
+        if not self.graph_max_batch:
+            return None
+        graphs = DecodeGraphs(self.eager_forward, self.graph_max_batch, self.num_pages * self.page_size,
+                              self.context_len, self.device)
+        if self.device.type != "cuda":
+            logger.warning("model.cuda_graph_max_batch = %d does nothing on %s: CUDA graphs need CUDA",
+                           self.graph_max_batch, self.device.type)
+            return graphs
+        if not self.attention_backend.supports_cuda_graphs:
+            raise ConfigError(f"model.cuda_graph_max_batch needs an attention backend that supports CUDA graphs "
+                              f"(triton); {type(self.attention_backend).__name__} does not")
+        with torch.inference_mode():
+            graphs.capture(CudaGraphCapturer())
+        return graphs
 
     def embed(self, sequences: list[list[int]], rows: list[int]) -> torch.Tensor:
         """Pooled final hidden states ``[B, hidden]`` (float32) of whole sequences, run once

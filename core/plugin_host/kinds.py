@@ -36,6 +36,10 @@ class ComponentKind:
     registration: Callable[..., tuple[str, Any]] | None = None
     # How `tercet plugin new` spells the kind, where not the kind with hyphens.
     slug: str | None = None
+    # Whether an implementation may be installed yet unable to run here (a missing extra, no
+    # GPU): ``tercet plugins`` then shows each one's availability, asked of its factory's
+    # ``unavailable_reason()`` (None: available; a factory without one is always available).
+    shows_availability: bool = False
 
 
 COMPONENT_KINDS: tuple[ComponentKind, ...] = (
@@ -113,12 +117,17 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
         registry="attention_backends",
         config_key=("attention", "backend"),
         extra_choices=("auto",),
+        shows_availability=True,
         doc="""Register attention backends, chosen by ``[attention] backend``.
 
     ``register(name, factory)`` where ``factory(layout)`` takes a
     :class:`tercet.model.attention.AttentionLayout` and returns a
     :class:`tercet.model.attention.AttentionBackend`: attention of a whole
-    batch over the paged KV cache, one call per layer per step.
+    batch over the paged KV cache, one call per layer per step. A backend
+    that needs what may be missing (an extra, a GPU) gives its factory an
+    ``unavailable_reason`` attribute, a callable answering why it cannot run
+    here or None; ``tercet plugins`` shows it, and the factory itself raises
+    :class:`tercet.plugin_api.ConfigError` with that reason when chosen.
     ``backend = "auto"`` (the default) is ``paged_cpu`` on a CPU and
     ``torch_native`` elsewhere.
     """,

@@ -14,12 +14,26 @@ def describe_plugins(plugin_manager: pluggy.PluginManager) -> list[dict]:
     registered: dict[str, list[dict]] = {}
     for kind in COMPONENT_KINDS:
         for registration in collect(plugin_manager, kind.hook).entries.values():
-            registered.setdefault(registration.plugin_name, []).append({"kind": kind.kind, "name": registration.name})
+            item = {"kind": kind.kind, "name": registration.name}
+            if kind.shows_availability:
+                item["unavailable_reason"] = unavailable_reason(registration.obj)
+            registered.setdefault(registration.plugin_name, []).append(item)
     entry_points = {entry_point.name: entry_point for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
     return [
         _describe(plugin_manager, name, plugin, entry_points.get(name), registered.get(name, []))
         for name, plugin in sorted(plugin_manager.list_name_plugin(), key=lambda pair: pair[0])
     ]
+
+
+def unavailable_reason(factory) -> str | None:
+    """Why a registered implementation cannot run here (None: it can), as its factory says."""
+    check = getattr(factory, "unavailable_reason", None)
+    if check is None:
+        return None
+    try:
+        return check()
+    except Exception as error:  # a broken check must not hide the other plugins from the listing
+        return f"its availability check failed: {error!r}"
 
 
 def _describe(plugin_manager: pluggy.PluginManager, name: str, plugin, entry_point, registers: list[dict]) -> dict:
@@ -49,5 +63,12 @@ def format_plugins(described: list[dict]) -> str:
             continue
         lines.append(f"  hooks: {', '.join(plugin['hooks']) or 'none'}")
         for item in plugin["registers"]:
-            lines.append(f"  registers {item['kind']}: {item['name']}")
+            lines.append(f"  registers {item['kind']}: {item['name']}{_availability(item)}")
     return "\n".join(lines)
+
+
+def _availability(item: dict) -> str:
+    if "unavailable_reason" not in item:
+        return ""
+    reason = item["unavailable_reason"]
+    return " (available)" if reason is None else f" (unavailable: {reason})"

@@ -11,7 +11,9 @@ helpers can be imported from here:
 - :class:`RunningServer`, :data:`TINY_SETTINGS`, :func:`wait_for_ranks`,
   :func:`num_running`, :func:`num_waiting`, :func:`free_port`: a real server in a subprocess;
 - :func:`write_plugin_folder`: plugins a server finds by entry point without pip;
-- :func:`write_tiny_llama`: the tiny random Llama checkpoint.
+- :func:`write_tiny_llama`: the tiny random Llama checkpoint;
+- :func:`attention_case`, :func:`compare_backends`: random paged steps, run through
+  two attention backends and compared.
 
 May import: scheduler, model, processes and everything below them (a test kit sits above them all).
 """
@@ -38,6 +40,8 @@ _MODULE_OF = {
     "ServerStarter": "server_starter",
     "write_plugin_folder": "plugin_folder",
     "write_tiny_llama": "tiny_model",
+    "attention_case": "attention_cases",
+    "compare_backends": "attention_cases",
     "TINY_LLAMA_SHAPE": "tiny_model",
 }
 

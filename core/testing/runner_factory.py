@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tercet.config_sections import CacheConfig, ModelConfig, SchedulerConfig, TercetConfig
+from tercet.config_sections import AttentionConfig, CacheConfig, ModelConfig, SchedulerConfig, TercetConfig
 from tercet.model.components import ModelComponents
 from tercet.model.encoder_runner import EncoderRunner
 from tercet.model.model_runner import ModelRunner
@@ -27,9 +27,10 @@ from tercet.scheduler.process import model_components
 CACHE_KEYS = frozenset(field.name for field in dataclasses.fields(CacheConfig))
 
 
-def installed_model_components() -> ModelComponents:
-    """The parts the installed plugins register, with the attention backend the default config chooses."""
-    return model_components(ProcessContext.create(TercetConfig()))
+def installed_model_components(attention_backend: str = "auto") -> ModelComponents:
+    """The parts the installed plugins register, with the attention backend of that name
+    (``auto``: the one the default config chooses)."""
+    return model_components(ProcessContext.create(TercetConfig(attention=AttentionConfig(backend=attention_backend))))
 
 
 def model_runner_for(

@@ -17,51 +17,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tercet.plugin_api import AttentionLayout
-from tercet.plugin_api.model import ForwardBatch, PagedKVCache
+from tercet.plugin_api.model import ForwardBatch
 from tercet.plugins.paged_cpu_attention import create_paged_cpu_backend
 from tercet.plugins.paged_cpu_attention.backend import PagedCpuAttentionBackend
 from tercet.plugins.paged_cpu_attention.build import load_kernel
 from tercet.plugins.torch_native_attention.backend import TorchNativeAttentionBackend
+from tercet.testing.attention_cases import assert_same_cache, attention_case, copy_of
 
 CPU = torch.device("cpu")
 TOLERANCE = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2**-7)}
 
 
 def decode_case(seed, seq_lens, num_kv_heads, group, head_dim, page_size, dtype):
-    generator = torch.Generator().manual_seed(seed)
-    num_heads = num_kv_heads * group
-    layout = AttentionLayout(num_heads, num_kv_heads, head_dim, num_layers=2, device=CPU, dtype=dtype)
-    pages_per_row = (max(seq_lens) + page_size - 1) // page_size
-    num_pages = pages_per_row * len(seq_lens) + 3
-    cache = PagedKVCache(2, num_kv_heads, head_dim, num_pages, page_size, dtype, CPU)
-    for buffer in (*cache.k_buffers, *cache.v_buffers):
-        buffer.copy_(torch.randn(buffer.shape, generator=generator).to(dtype))
-    # Each sequence's pages scattered over the pool, in a row of a wider table, as the scheduler leaves them.
-    pages = torch.randperm(num_pages, generator=generator)
-    table = torch.zeros(len(seq_lens) + 2, pages_per_row * page_size + 5, dtype=torch.int64)
-    rows = torch.randperm(table.shape[0], generator=generator)[: len(seq_lens)].tolist()
-    for sequence, (row, length) in enumerate(zip(rows, seq_lens)):
-        own = pages[sequence * pages_per_row:(sequence + 1) * pages_per_row]
-        slots = (own.view(-1, 1) * page_size + torch.arange(page_size)).reshape(-1)
-        table[row, : slots.numel()] = slots
-    batch = ForwardBatch.build(rows, [length - 1 for length in seq_lens], [[7]] * len(seq_lens), table, CPU)
-    # q, k and v as views into one fused projection, as the model passes them.
-    fused = torch.randn(len(seq_lens), num_heads + 2 * num_kv_heads, head_dim, generator=generator).to(dtype)
-    q, k, v = fused.split([num_heads, num_kv_heads, num_kv_heads], dim=1)
-    return layout, cache, table, batch, q, k, v
-
-
-def copy_of(cache: PagedKVCache) -> PagedKVCache:
-    copied = PagedKVCache(cache.num_layers, cache.num_kv_heads, cache.head_dim, cache.num_pages, cache.page_size,
-                          cache.dtype, cache.device)
-    for mine, theirs in zip((*copied.k_buffers, *copied.v_buffers), (*cache.k_buffers, *cache.v_buffers)):
-        mine.copy_(theirs)
-    return copied
-
-
-def assert_same_cache(written: PagedKVCache, reference: PagedKVCache) -> None:
-    for mine, theirs in zip((*written.k_buffers, *written.v_buffers), (*reference.k_buffers, *reference.v_buffers)):
-        assert torch.equal(mine, theirs)
+    case = attention_case(seed, [(length - 1, 1) for length in seq_lens], num_kv_heads, group, head_dim, page_size,
+                          dtype)
+    return case.layout, case.cache, case.table, case.batch, case.q, case.k, case.v
 
 
 def run(backend, cache, table, batch, q, k, v, layer_id=1):
