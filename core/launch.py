@@ -14,14 +14,12 @@ import asyncio
 import dataclasses
 import functools
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from tercet.config import TercetConfig
 from tercet.detokenizer.detokenizer_manager import run_detokenizer_process
 from tercet.errors import TercetError
 from tercet.formats.default_model import resolve_model
-from tercet.http.api_process import serve_api
-from tercet.http.api_worker import run_api_worker_process
-from tercet.http.server import reserve_shared_port
 from tercet.ipc.port_args import PortArgs
 from tercet.ipc.runtime_dir import RuntimeDirWatcher, sweep_abandoned_runtime_dirs
 from tercet.model_abilities import ModelAbilities
@@ -74,8 +72,11 @@ def launch_server(config: TercetConfig) -> int:
     try:
         if topology.spans_nodes:
             hub, port_args = open_node_hub(config, topology, port_args, supervisor)
-        port_args, first_report = _start_children(config, topology, port_args, supervisor, hub)
-        exit_code = _serve(context, port_args, supervisor, first_report)
+        with ThreadPoolExecutor(1, thread_name_prefix="tercet-api-ahead") as ahead:
+            # The API side's imports and tokenizer load while the children start, not after.
+            api_side = ahead.submit(_prepare_api_side, config)
+            port_args, first_report = _start_children(config, topology, port_args, supervisor, hub)
+            exit_code = _serve(context, port_args, supervisor, first_report, api_side)
         return exit_code
     except ChildFailed as failure:
         logger.error("%s; stopping the server", failure)
@@ -89,18 +90,33 @@ def launch_server(config: TercetConfig) -> int:
         watcher.stop()
 
 
-def _serve(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, first_report: dict) -> int:
+def _prepare_api_side(config: TercetConfig):
+    """The HTTP side's modules, and the tokenizer when this process serves HTTP itself (one API worker)."""
+    from tercet.http import api_process  # noqa: F401 (imported for its cost, off the start's critical path)
+    from tercet.tokenizer.loading import load_tokenizer
+
+    return load_tokenizer(config.model.path) if config.server.api_workers == 1 else None
+
+
+def _serve(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, first_report: dict,
+           api_side: Future) -> int:
     """The API side: in this process, or in ``server.api_workers`` processes of its own."""
+    from tercet.http.api_process import serve_api
+
     config = context.config
+    tokenizer = api_side.result()
     if config.server.api_workers > 1:
         return serve_api_workers(config, port_args, supervisor, first_report)
     watch = functools.partial(supervisor.watch, watchdog_timeout=config.server.watchdog_timeout)
     return asyncio.run(serve_api(context, port_args, watch, first_report["context_len"],
-                                 ModelAbilities.from_dict(first_report)))
+                                 ModelAbilities.from_dict(first_report), tokenizer=tokenizer))
 
 
 def serve_api_workers(config: TercetConfig, port_args: PortArgs, supervisor: ChildSupervisor, first_report: dict) -> int:
     """``server.api_workers`` processes serve HTTP on one port (:mod:`tercet.processes.api_worker_group`)."""
+    from tercet.http.api_worker import run_api_worker_process
+    from tercet.http.server import reserve_shared_port
+
     server = config.server
     try:
         reserved = reserve_shared_port(server.host, server.port)

@@ -96,6 +96,11 @@ class GgufTensor:
     nbytes: int
 
 
+# Parsed headers by (file, modification time, size), the newest few: treat them as read-only.
+_HEADERS: dict[tuple, tuple] = {}
+_HEADERS_KEPT = 4
+
+
 class GgufFile:
     """A parsed GGUF file: ``version``, ``metadata``, ``tensors``, and ``tensor_bytes(name)``."""
 
@@ -111,20 +116,30 @@ class GgufFile:
             self._map: np.memmap | None = np.memmap(self.path, dtype=np.uint8, mode="r")
         except OSError as error:
             raise GgufError(f"{self.path}: cannot read the GGUF file: {error.strerror or error}") from None
+        # A process reads one file's header more than once (the model's config, its weights, its
+        # tokenizer); parsing it is mostly decoding the vocabulary's 100k strings.
+        version_key = (self.path.resolve(), self.path.stat().st_mtime_ns, file_size)
         try:
-            cursor = _Cursor(self.path, memoryview(self._map))
-            self.version = _read_preamble(cursor)
-            tensor_count, kv_count = cursor.unpack("<QQ", "the header's tensor and key/value counts")
-            cursor.check_count(kv_count, _MIN_KV_BYTES, "metadata key/value count")
-            cursor.check_count(tensor_count, _MIN_TENSOR_INFO_BYTES, "tensor count")
-            self.metadata = _read_metadata(cursor, kv_count)
-            alignment = _alignment_of(self.path, self.metadata)
-            infos = [_read_tensor_info(cursor, index) for index in range(tensor_count)]
-            data_start = -(-cursor.position // alignment) * alignment
-            self.tensors = _place_tensors(self.path, infos, data_start, alignment, file_size)
+            header = _HEADERS.get(version_key) or self._read_header(file_size)
         except BaseException:
             self.close()
             raise
+        _HEADERS[version_key] = header
+        while len(_HEADERS) > _HEADERS_KEPT:
+            del _HEADERS[next(iter(_HEADERS))]
+        self.version, self.metadata, self.tensors = header
+
+    def _read_header(self, file_size: int) -> tuple[int, dict[str, object], dict[str, GgufTensor]]:
+        cursor = _Cursor(self.path, memoryview(self._map))
+        version = _read_preamble(cursor)
+        tensor_count, kv_count = cursor.unpack("<QQ", "the header's tensor and key/value counts")
+        cursor.check_count(kv_count, _MIN_KV_BYTES, "metadata key/value count")
+        cursor.check_count(tensor_count, _MIN_TENSOR_INFO_BYTES, "tensor count")
+        metadata = _read_metadata(cursor, kv_count)
+        alignment = _alignment_of(self.path, metadata)
+        infos = [_read_tensor_info(cursor, index) for index in range(tensor_count)]
+        data_start = -(-cursor.position // alignment) * alignment
+        return version, metadata, _place_tensors(self.path, infos, data_start, alignment, file_size)
 
     def tensor_bytes(self, name: str) -> np.ndarray:
         """The tensor's data as a uint8 view of the memory map (no copy)."""

@@ -32,13 +32,13 @@ WatchChildren = Callable[[Callable[[str, str], None]], None]
 async def serve_api(context: ProcessContext, port_args: PortArgs, watch_children: WatchChildren, context_len: int,
                     abilities: ModelAbilities | None = None, *, worker: ApiWorker = ApiWorker(),
                     on_listening: Callable[[TokenizerManager], None] | None = None,
-                    stop_signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)) -> int:
+                    stop_signals: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM), tokenizer=None) -> int:
     """Serve HTTP until a signal in ``stop_signals`` (drained: exit code 0) or a child's death (1).
-    ``on_listening`` is called once the port is bound."""
+    ``on_listening`` is called once the port is bound; ``tokenizer``: the model's, if already loaded."""
     config = context.config
     tokenizer_manager = TokenizerManager(
-        context, port_args, load_tokenizer(config.model.path), config.model.served_model_name, context_len, abilities,
-        worker,
+        context, port_args, tokenizer or load_tokenizer(config.model.path), config.model.served_model_name,
+        context_len, abilities, worker,
     )
     tokenizer_manager.start()
     app = create_app(
