@@ -281,14 +281,17 @@ def test_sigterm_drains_every_worker(tmp_path, tiny_llama_dir):
 
 
 def test_a_worker_that_cannot_start_is_named(tmp_path, tiny_llama_dir):
+    # The route registers in every process; its handler module is imported only where the app is
+    # built, in the API workers, and fails there.
     source = (
         "from tercet.plugin_api import hookimpl\n\n"
         "@hookimpl\n"
         "def register_http_routes(register):\n"
-        "    raise RuntimeError('these routes cannot be built')\n"
+        "    register('/boom', 'failing_handler:endpoint', ['GET'])\n"
     )
     folder = write_plugin_folder(tmp_path / "plugins", {"routes_that_fail": "routes_that_fail"},
-                                 {"routes_that_fail": source})
+                                 {"routes_that_fail": source,
+                                  "failing_handler": "raise RuntimeError('these routes cannot be built')\n"})
     server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS + WORKERS,
                            env={"PYTHONPATH": str(folder)})
     try:
