@@ -237,6 +237,13 @@ def test_embeddings_through_every_worker(start_server, minilm_dir):
     assert all(pair == vectors[0] for pair in vectors)
 
 
+def worker_ready_pid(server, number: int) -> int:
+    # /health answers once one worker listens: wait for this one's line in the log.
+    ready = eventually(lambda: re.search(rf"api worker {number} is ready \(pid (\d+)\)", server.log()),
+                       lambda match: match is not None)
+    return int(ready.group(1))
+
+
 def still_running(pids: list[int]) -> list[int]:
     return [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
@@ -244,7 +251,7 @@ def still_running(pids: list[int]) -> list[int]:
 def test_killing_one_worker_ends_the_server_within_5_s_with_no_process_left(tmp_path, tiny_llama_dir):
     server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS + WORKERS).wait_until_healthy()
     children = [child.pid for child in server.child_processes()]
-    worker_pid = int(re.search(r"api worker 2 is ready \(pid (\d+)\)", server.log()).group(1))
+    worker_pid = worker_ready_pid(server, 2)
     killed = time.monotonic()
     psutil.Process(worker_pid).send_signal(signal.SIGKILL)
     try:
@@ -330,7 +337,7 @@ def test_with_on_child_failure_unhealthy_a_dead_worker_leaves_503s_and_frees_its
         until_both_workers_sent(server, open_stream)
         # Paused, no request can finish by itself: only an abort frees its KV.
         assert httpx.post(server.base_url + "/pause_generation", timeout=TIMEOUT).json()["is_paused"]
-        worker_pid = int(re.search(r"api worker 2 is ready \(pid (\d+)\)", server.log()).group(1))
+        worker_pid = worker_ready_pid(server, 2)
         psutil.Process(worker_pid).send_signal(signal.SIGKILL)
         health = eventually(lambda: httpx.get(server.base_url + "/health", timeout=TIMEOUT),
                             lambda response: response.status_code == 503)
