@@ -6,9 +6,10 @@ and the arithmetic). :func:`pack_units` lays a :class:`BlockQuantized`
 weight out in those units once, at load time (the C file's packer writes the
 codes, so that the layout is defined in one place); :class:`KernelBlockLinear` then multiplies
 bfloat16 activations by it at every batch size, so no dense copy of the
-weight is kept and nothing is repacked for torch's int4 kernel. Q8_0 weights
-multiply the activations quantized to int8 a block (as llama.cpp does), with
-VNNI's byte dot product: at most max |x| / 254 of a block an element.
+weight is kept and nothing is repacked for torch's int4 kernel. The
+activations are quantized to int8 a block of 32 (as llama.cpp's q8_0 / q8_1
+are) and meet the codes in VNNI's byte dot product: each input moves by at
+most max |x| / 254 of its block.
 
 The kernel is used where it is vectorized (a CPU with AVX-512 BF16 and VNNI) and the
 model computes in bfloat16; elsewhere the linear methods keep torch's
