@@ -69,6 +69,7 @@ static inline void load_strided(const void *base, int dtype, int64_t offset, int
  * must be scaled by first (1 when the maximum did not move). */
 static inline float softmax_block(float *score, int count, float *maximum, float *sum) {
     float block_max = *maximum;
+#pragma omp simd reduction(max : block_max)
     for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
     float rescale = 1.0f;
     if (block_max > *maximum) {
@@ -98,6 +99,30 @@ static inline __m512 load16(const void *base, int dtype, int64_t offset) {
     return _mm512_loadu_ps((const float *)base + offset);
 }
 
+/* The lanes of (a, b) that lo picks plus those hi picks: one round of sum_each. */
+static inline __attribute__((always_inline)) __m512 add_picked(__m512 a, __m512 b, __m512i lo, __m512i hi) {
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b));
+}
+
+/* The sums of 16 vectors as one vector (lane j: the sum of vector j's lanes), in place. Each round
+ * pairs the vectors and halves the partial sums each holds (16, 8, 4, 2, then 1 a key, the keys in
+ * order): 15 additions for the 16 keys, where reducing each vector alone takes 4 each and as many
+ * shuffles. */
+static inline __attribute__((always_inline)) __m512 sum_each(__m512 v[BLOCK]) {
+    const __m512i lo16 = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i hi16 = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
+    const __m512i lo8 = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0);
+    const __m512i hi8 = _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20, 15, 14, 13, 12, 7, 6, 5, 4);
+    const __m512i lo4 = _mm512_set_epi32(29, 28, 25, 24, 21, 20, 17, 16, 13, 12, 9, 8, 5, 4, 1, 0);
+    const __m512i hi4 = _mm512_set_epi32(31, 30, 27, 26, 23, 22, 19, 18, 15, 14, 11, 10, 7, 6, 3, 2);
+    const __m512i lo2 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i hi2 = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (int i = 0; i < 8; i++) v[i] = add_picked(v[2 * i], v[2 * i + 1], lo16, hi16);
+    for (int i = 0; i < 4; i++) v[i] = add_picked(v[2 * i], v[2 * i + 1], lo8, hi8);
+    for (int i = 0; i < 2; i++) v[i] = add_picked(v[2 * i], v[2 * i + 1], lo4, hi4);
+    return add_picked(v[0], v[1], lo2, hi2);
+}
+
 /* attend_split for head sizes that are multiples of 16: the query heads and their weighted sums
  * stay in vector registers (or L1), each key row is read once for the scores and once for the
  * values, and the softmax runs over BLOCK keys at a time. */
@@ -109,6 +134,7 @@ static inline __attribute__((always_inline)) void attend_avx512_body(
     __m512 query[MAX_GROUP * MAX_HEAD_DIM / 16];
     __m512 acc[MAX_GROUP * MAX_HEAD_DIM / 16];
     float scores[MAX_GROUP * BLOCK];
+    __m512 partials[MAX_GROUP * BLOCK]; /* each key's 16 partial sums of its score, per head */
     int64_t rows[BLOCK];
     for (int i = 0; i < group * chunks; i++) {
         query[i] = _mm512_loadu_ps(queries + (int64_t)i * 16);
@@ -138,8 +164,11 @@ static inline __attribute__((always_inline)) void attend_avx512_body(
                 __m512 key = load16(k_cache, cache_dtype, rows[j] + c * 16);
                 for (int g = 0; g < group; g++) dots[g] = _mm512_fmadd_ps(query[g * chunks + c], key, dots[g]);
             }
-            for (int g = 0; g < group; g++) scores[g * BLOCK + j] = _mm512_reduce_add_ps(dots[g]);
+            for (int g = 0; g < group; g++) partials[g * BLOCK + j] = dots[g];
         }
+        for (int j = count; j < BLOCK; j++)
+            for (int g = 0; g < group; g++) partials[g * BLOCK + j] = _mm512_setzero_ps();
+        for (int g = 0; g < group; g++) _mm512_storeu_ps(scores + g * BLOCK, sum_each(partials + g * BLOCK));
         for (int g = 0; g < group; g++) {
             float rescale = softmax_block(scores + g * BLOCK, count, maxima + g, sums + g);
             if (rescale != 1.0f) {
