@@ -69,6 +69,18 @@ def test_a_sequence_gets_the_same_output_whatever_its_batch_mates():
     assert torch.equal(together[:1], by_itself)
 
 
+def test_a_head_gets_the_same_output_whether_its_item_holds_one_kv_head_or_all():
+    # Alone, a one-split sequence is worked one KV head at a time (too few splits to share out
+    # otherwise); among many splits, an item takes every KV head of its split at once.
+    layout, cache, table, batch, q, k, v = decode_case(5, [40, 600, 300, 90, 260, 700, 10, 500], 4, 2, 64, 16,
+                                                       torch.bfloat16)
+    backend = PagedCpuAttentionBackend(layout, load_kernel(layout))
+    together = run(backend, copy_of(cache), table, batch, q, k, v)
+    rows = batch.req_pool_indices.tolist()
+    alone = ForwardBatch.build([rows[0]], [39], [[7]], table, CPU)
+    assert torch.equal(together[:1], run(backend, copy_of(cache), table, alone, q[:1], k[:1], v[:1]))
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     seed=st.integers(0, 2**16),
