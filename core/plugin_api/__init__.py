@@ -54,7 +54,7 @@ from tercet.reasoning.tags import TaggedReasoningParser
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
-from tercet.scheduler.proposer import DraftRequest, Proposer
+from tercet.scheduler.proposer import DraftModel, DraftRequest, Proposer
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.stats import SchedulerStats
 from tercet.tools.tool_calls import (
@@ -79,6 +79,7 @@ __all__ = [
     "ControlReply",
     "ControlRequest",
     "DecodeLimits",
+    "DraftModel",
     "DraftRequest",
     "EncoderArchitecture",
     "FinishKind",

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from tercet.config_sections import SpeculativeConfig
 from tercet.containment import ContainedFailures
-from tercet.scheduler.proposer import DraftRequest, Proposer
+from tercet.scheduler.model_drafter import load_model_drafter
+from tercet.scheduler.proposer import DraftModel, DraftRequest, Proposer
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -42,7 +43,10 @@ def speculation_of(context: "ProcessContext", model_runner, failures: ContainedF
     if factory is None:
         return None
     config = context.config.speculative
-    return Speculation(factory(context.config), config.proposer, context.chosen_plugin_name("speculative_proposers"),
+    proposer = factory(context.config)
+    if isinstance(proposer, DraftModel):
+        proposer = load_model_drafter(proposer, context, model_runner)
+    return Speculation(proposer, config.proposer, context.chosen_plugin_name("speculative_proposers"),
                        config, model_runner.vocab_size, failures)
 
 
