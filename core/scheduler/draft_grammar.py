@@ -12,7 +12,7 @@ emitted, as without speculation (:mod:`tercet.scheduler.sampled_tokens`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def can_check_drafts(matcher) -> bool:

@@ -15,7 +15,8 @@ case the scheduler's rejection sampling expects
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -87,13 +88,12 @@ class ModelDrafter(Proposer):
 def load_model_drafter(spec: DraftModel, context, target) -> ModelDrafter:
     """The drafter ``spec`` names, loaded as the scheduler's config says (its device, attention
     backend and page size), checked against the served model ``target``'s runner."""
-    from tercet.formats.default_model import resolve_model_path
     from tercet.model.model_runner import ModelRunner
     from tercet.scheduler.process import model_components
 
     config = context.config
     model = dataclasses.replace(
-        config.model, path=str(resolve_model_path(spec.path)), quantization=spec.quantization, dtype="auto",
+        config.model, path=str(Path(spec.path).expanduser()), quantization=spec.quantization, dtype="auto",
         pooling="none", deterministic=False, cuda_graph_max_batch=0,
     )
     cache = dataclasses.replace(config.cache, max_total_tokens=config.speculative.draft_max_total_tokens)

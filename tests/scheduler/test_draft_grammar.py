@@ -19,10 +19,10 @@ SCHEMA = json.dumps({
     "additionalProperties": False,
 })
 REQUESTS = {
-    "json-greedy": ([5, 6, 7], dict(json_schema=SCHEMA, temperature=0.0)),
-    "json-sampled": ([5, 6, 8], dict(json_schema=SCHEMA, temperature=1.0, seed=7, return_logprob=True)),
-    "regex": ([9, 10], dict(regex=r"[0-9]{3}-[0-9]{2} (yes|no)", temperature=0.0)),
-    "plain": ([11, 12, 13], dict(temperature=0.0, ignore_eos=True)),
+    "json-greedy": ([5, 6, 7], {"json_schema": SCHEMA, "temperature": 0.0}),
+    "json-sampled": ([5, 6, 8], {"json_schema": SCHEMA, "temperature": 1.0, "seed": 7, "return_logprob": True}),
+    "regex": ([9, 10], {"regex": r"[0-9]{3}-[0-9]{2} (yes|no)", "temperature": 0.0}),
+    "plain": ([11, 12, 13], {"temperature": 0.0, "ignore_eos": True}),
 }
 
 

@@ -77,7 +77,8 @@ def test_the_served_model_as_its_own_draft_is_always_right(tercet_scheduler, ref
 
 def test_a_small_draft_pool_drafts_for_whom_it_holds(tercet_scheduler, reference, tercet_tiny_llama_dir):
     # 48 tokens: one request's prompt and drafts at a time; the others take turns or go without.
-    harness = tercet_scheduler(settings=["speculative.proposer=draft_model", f"speculative.draft_model={tercet_tiny_llama_dir}",
+    harness = tercet_scheduler(settings=["speculative.proposer=draft_model",
+                                         f"speculative.draft_model={tercet_tiny_llama_dir}",
                                          "speculative.max_batch=8", "speculative.draft_max_total_tokens=48"])
     assert_same(run(harness), reference)
     assert harness.scheduler.model_step.speculation.stats.num_verifications > 0
@@ -107,3 +108,8 @@ def test_common_prefix_length():
     assert common_prefix_length((1, 2, 3, 9, 9), (1, 2, 3, 4)) == 3
     assert common_prefix_length((), (1,)) == 0
     assert common_prefix_length((5,) * 100 + (1,), (5,) * 100 + (2,)) == 100
+
+
+def test_a_draft_model_that_is_no_checkpoint_is_refused_naming_its_key(tercet_scheduler, tmp_path):
+    with pytest.raises(ConfigError, match=r"speculative.draft_model\) does not load: .* is not a checkpoint directory"):
+        tercet_scheduler(settings=["speculative.proposer=draft_model", f"speculative.draft_model={tmp_path}"])
