@@ -1,26 +1,41 @@
-"""Speculative decoding on and off: copy-heavy and random workloads, c=1 ITL and c=32 tok/s.
+"""Speculative decoding on and off, per proposer: copy-heavy and random workloads, c=1 and a c sweep.
 
-For each proposer (``none`` is speculation off) it starts a real server on the
-default model (or ``--model``), then runs two workloads through ``/generate``:
+Each run starts a real server on the default model (or ``--model``) with its
+settings, then sends two workloads through ``/generate``:
 
 - **copy**: a chat prompt gives a paragraph and asks for it back with one word
   changed, so the answer quotes the prompt (what prompt lookup is for);
 - **random**: 128 random prompt tokens, 128 output tokens (EOS ignored).
 
-Figures, per proposer and workload:
+The runs (``--runs``), each compared with its baseline (speculation off on the same weights):
 
-- c=1 effective ITL: requests one at a time; each request's time less the time of
-  the same prompt asked for one token (both from a warm prefix cache), divided by
-  its output tokens less one;
-- c=32 tok/s: ``--requests`` requests at once, output tokens over the wall time;
+- ``none``: the default model as it ships (its Q4_1 blocks): the baseline of
+  ``ngram`` and ``draft_model``;
+- ``ngram``: prompt lookup;
+- ``none-f32``: the model dense in float32 (``model.quantization = "none"``);
+- ``self_quantized-f32``: that float32 model drafted for by its own Q4_1 blocks;
+- ``draft_model``: ``--draft-model PATH`` drafting (only with that option).
+
+Figures, per run and workload:
+
+- c=1 effective ITL and the tok/s it makes: requests one at a time; each request's time
+  less the time of the same prompt asked for one token (both from a warm prefix cache),
+  divided by its output tokens less one;
+- c=32 tok/s: ``--requests`` requests at once, output tokens over the wall time (with
+  the run's ``speculative.max_batch``, so the cost model decides);
 - acceptance: the change of ``/get_server_info``'s speculation figures over the run;
-- whether every greedy output equals speculation off's.
+- whether every greedy output equals the baseline's;
+- the c sweep (``--sweep``, random workload): tok/s at each concurrency with speculation
+  forced on at every batch size (``max_batch`` raised; a second server), against the
+  baseline's; the largest c where speculation still wins is where ``speculative.max_batch``
+  belongs for that proposer.
 
-Both runs happen in one invocation on one machine: read the ratios. ``--quick``
+All runs happen in one invocation on one machine: read the ratios. ``--quick``
 runs a few short requests, to check the script works.
 
-    python benchmarks/speculative_decoding.py [--proposers none,ngram] [--requests 32]
-        [--output-len 128] [--model PATH] [--set section.key=value ...] [--quick]
+    python benchmarks/speculative_decoding.py [--runs none,ngram,none-f32,self_quantized-f32]
+        [--draft-model PATH] [--requests 32] [--sweep 1,2,4,8,16,32] [--output-len 128]
+        [--model PATH] [--set section.key=value ...] [--quick]
 """
 
 from __future__ import annotations
@@ -111,22 +126,120 @@ def acceptance(before: dict, after: dict) -> str:
     return f"{accepted / drafts:.2f} of {drafts} drafts, {accepted / max(verifications, 1):.2f} a verification"
 
 
-def run_proposer(proposer: str, workloads: dict, arguments) -> dict:
-    settings = [f"speculative.proposer={proposer}", "scheduler.max_running_requests=32", *arguments.set]
-    log = arguments.log_dir / f"server-speculative-{proposer}.log"
+F32 = ["model.quantization=none", "model.dtype=float32"]
+# run name -> (its settings, the run whose outputs it must equal and whose speed it is compared with)
+RUNS = {
+    "none": ([], None),
+    "ngram": (["speculative.proposer=ngram"], "none"),
+    "none-f32": (F32, None),
+    "self_quantized-f32": ([*F32, "speculative.proposer=self_quantized"], "none-f32"),
+    "draft_model": (["speculative.proposer=draft_model"], "none"),
+}
+# max_batch for the sweep: speculation on at every batch size.
+ALWAYS = 1 << 20
+
+
+def settings_of(run: str, arguments, max_batch: int | None = None) -> list[str]:
+    settings = [*RUNS[run][0], "scheduler.max_running_requests=32", *arguments.set]
+    if run == "draft_model":
+        settings.append(f"speculative.draft_model={arguments.draft_model}")
+    if max_batch is not None:
+        settings.append(f"speculative.max_batch={max_batch}")
+    return settings
+
+
+def started(run: str, settings: list[str], arguments, suffix: str = "") -> RunningServer:
+    log = arguments.log_dir / f"server-speculative-{run}{suffix}.log"
     server = RunningServer(arguments.model, log, settings).wait_until_healthy()
+    asyncio.run(one_at_a_time(server.base_url, [list(range(1000, 1032))], 4, True))  # warm-up
+    return server
+
+
+def measure_workloads(base_url: str, workloads: dict, output_len: int) -> dict:
     results = {}
+    for name, (single, batch, ignore_eos) in workloads.items():
+        before = speculation_figures(base_url)
+        itl, single_outputs = asyncio.run(one_at_a_time(base_url, single, output_len, ignore_eos))
+        rate, batch_outputs = asyncio.run(all_at_once(base_url, batch, output_len, ignore_eos))
+        figures = acceptance(before, speculation_figures(base_url))
+        results[name] = (itl, rate, figures, single_outputs + batch_outputs)
+    return results
+
+
+def sweep(base_url: str, prompts, concurrencies: list[int], output_len: int) -> dict[int, float]:
+    """tok/s at each concurrency, the random workload (EOS ignored)."""
+    return {c: asyncio.run(all_at_once(base_url, prompts[:c], output_len, True))[0] for c in concurrencies}
+
+
+def run_one(run: str, workloads: dict, sweep_prompts, arguments) -> tuple[dict, dict[int, float]]:
+    """The run's figures by workload, and its c sweep."""
+    server = started(run, settings_of(run, arguments), arguments)
     try:
-        asyncio.run(one_at_a_time(server.base_url, [list(range(1000, 1032))], 4, True))  # warm-up
-        for name, (single, batch, ignore_eos) in workloads.items():
-            before = speculation_figures(server.base_url)
-            itl, single_outputs = asyncio.run(one_at_a_time(server.base_url, single, arguments.output_len, ignore_eos))
-            rate, batch_outputs = asyncio.run(all_at_once(server.base_url, batch, arguments.output_len, ignore_eos))
-            figures = acceptance(before, speculation_figures(server.base_url))
-            results[name] = (itl, rate, figures, single_outputs + batch_outputs)
+        results = measure_workloads(server.base_url, workloads, arguments.output_len)
+        if RUNS[run][1] is None:  # speculation off: max_batch changes nothing
+            return results, sweep(server.base_url, sweep_prompts, arguments.sweep, arguments.output_len)
     finally:
         server.stop()
-    return results
+    server = started(run, settings_of(run, arguments, max_batch=ALWAYS), arguments, "-sweep")
+    try:
+        return results, sweep(server.base_url, sweep_prompts, arguments.sweep, arguments.output_len)
+    finally:
+        server.stop()
+
+
+def report(results: dict, sweeps: dict, concurrencies: list[int]) -> None:
+    print(f"{'run':19} {'workload':8} {'c=1 ITL ms':>10} {'c=1 tok/s':>9} {'c=32 tok/s':>10}  same output  acceptance")
+    for run, by_workload in results.items():
+        base = RUNS[run][1]
+        for name, (itl, rate, figures, outputs) in by_workload.items():
+            same = str(outputs == results[base][name][3]) if base else "-"
+            print(f"{run:19} {name:8} {itl * 1000:10.2f} {1 / itl:9.1f} {rate:10.1f}  {same:11}  {figures}")
+    print("\nc sweep, random workload, speculation on at every batch size: tok/s (and its ratio to the baseline's);")
+    print("max_batch: the largest c up to which speculation wins at every c swept")
+    print(f"{'run':19} " + " ".join(f"{'c=' + str(c):>15}" for c in concurrencies) + "  max_batch")
+    for run, rates in sweeps.items():
+        base = sweeps[RUNS[run][1]] if RUNS[run][1] else None
+        cells = [f"{rates[c]:.1f}" + (f" ({rates[c] / base[c]:.2f}x)" if base else "") for c in concurrencies]
+        print(f"{run:19} " + " ".join(f"{cell:>15}" for cell in cells) + f"  {winning_batch(rates, base)}")
+
+
+def winning_batch(rates: dict[int, float], base: dict[int, float] | None) -> str:
+    if base is None:
+        return "-"
+    wins = 0
+    for c in sorted(rates):
+        if rates[c] < base[c]:
+            break
+        wins = c
+    return str(wins)
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default=None, help=f"of {', '.join(RUNS)}; default: all (draft_model with "
+                                                     "--draft-model only)")
+    parser.add_argument("--draft-model", type=Path, default=None, help="the draft_model run's checkpoint")
+    parser.add_argument("--requests", type=int, default=32, help="concurrent requests of the c=32 runs")
+    parser.add_argument("--single-requests", type=int, default=8, help="requests of the c=1 runs")
+    parser.add_argument("--sweep", default="1,2,4,8,16,32", help="concurrencies of the c sweep")
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--model", type=Path, default=None, help="default: the built-in default model")
+    parser.add_argument("--set", action="append", default=[], help="section.key=value for every server")
+    parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
+    parser.add_argument("--quick", action="store_true", help="a few short requests: check the script works")
+    arguments = parser.parse_args()
+    if arguments.runs is None:
+        arguments.runs = ",".join(run for run in RUNS if run != "draft_model" or arguments.draft_model)
+    arguments.runs = arguments.runs.split(",")
+    unknown = [run for run in arguments.runs if run not in RUNS]
+    if unknown or ("draft_model" in arguments.runs and arguments.draft_model is None):
+        parser.error(f"unknown runs {unknown}" if unknown else "the draft_model run needs --draft-model")
+    # A run's baseline runs too, first.
+    arguments.runs = list(dict.fromkeys(base for run in arguments.runs for base in (RUNS[run][1], run) if base))
+    arguments.sweep = [int(c) for c in arguments.sweep.split(",")]
+    if arguments.quick:
+        arguments.requests, arguments.single_requests, arguments.output_len, arguments.sweep = 2, 1, 12, [1, 2]
+    return arguments
 
 
 def main() -> None:
@@ -134,31 +247,17 @@ def main() -> None:
 
     from tercet.formats.dequantized_reference import ensure_dequantized_default_model
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--proposers", default="none,ngram")
-    parser.add_argument("--requests", type=int, default=32, help="concurrent requests of the c=32 runs")
-    parser.add_argument("--single-requests", type=int, default=8, help="requests of the c=1 runs")
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--model", type=Path, default=None, help="default: the built-in default model")
-    parser.add_argument("--set", action="append", default=[], help="section.key=value for every server")
-    parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
-    parser.add_argument("--quick", action="store_true", help="a few short requests: check the script works")
-    arguments = parser.parse_args()
-    if arguments.quick:
-        arguments.requests, arguments.single_requests, arguments.output_len = 2, 1, 12
-
+    arguments = parse_arguments()
     tokenizer = AutoTokenizer.from_pretrained(arguments.model or ensure_dequantized_default_model())
     count = arguments.single_requests + arguments.requests
     copy, noise = copy_prompts(tokenizer, count, seed=1), random_prompts(len(tokenizer), count, 128, seed=2)
     split = arguments.single_requests
     workloads = {"copy": (copy[:split], copy[split:], False), "random": (noise[:split], noise[split:], True)}
-    results = {proposer: run_proposer(proposer, workloads, arguments) for proposer in arguments.proposers.split(",")}
-    baseline = next(iter(results.values()))
-    print(f"{'proposer':10} {'workload':8} {'c=1 ITL ms':>10} {'c=32 tok/s':>10}  same output  acceptance")
-    for proposer, by_workload in results.items():
-        for name, (itl, rate, figures, outputs) in by_workload.items():
-            same = outputs == baseline[name][3]
-            print(f"{proposer:10} {name:8} {itl * 1000:10.2f} {rate:10.1f}  {str(same):11}  {figures}")
+    sweep_prompts = random_prompts(len(tokenizer), max(arguments.sweep), 128, seed=3)
+    results, sweeps = {}, {}
+    for run in arguments.runs:
+        results[run], sweeps[run] = run_one(run, workloads, sweep_prompts, arguments)
+    report(results, sweeps, arguments.sweep)
 
 
 if __name__ == "__main__":

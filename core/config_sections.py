@@ -227,6 +227,16 @@ class SpeculativeConfig:
     # The ngram proposer's shortest and longest suffix looked up in the request's own tokens.
     ngram_min: int = field(default=2, metadata={"min": 1, "max": 64})
     ngram_max: int = field(default=4, metadata={"min": 1, "max": 64})
+    # The draft_model proposer's model: a checkpoint directory or .gguf file of the served
+    # model's tokenizer, smaller than it; and its linear method (as model.quantization).
+    draft_model: str | None = None
+    draft_quantization: str = "auto"
+    # The linear method the self_quantized proposer drafts with: the served checkpoint's own
+    # weights in it (a GGUF's blocks of that format as they are, dense weights quantized at load).
+    self_quantization: str = "q4_1"
+    # Tokens in the KV pool of a proposer's draft model (draft_model, self_quantized): it holds
+    # the requests drafted for, beside the served model's pool, not in it.
+    draft_max_total_tokens: int = _at_least(4096, 16)
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,15 @@ from tercet.plugin_host.native_build import load_library as load_native_library
 from tercet.reasoning.parser import ReasoningFrame, ReasoningParser, ReasoningPiece, ReasoningStream
 from tercet.reasoning.tags import TaggedReasoningParser
 from tercet.sampling_params import SamplingParams
-from tercet.scheduler.grammar_backend import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer
+from tercet.scheduler.grammar_backend import (
+    MAX_ROLLBACK,
+    GrammarBackend,
+    GrammarError,
+    GrammarMatcher,
+    GrammarTokenizer,
+)
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
-from tercet.scheduler.proposer import DraftRequest, Proposer
+from tercet.scheduler.proposer import DraftModel, DraftRequest, Proposer
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.stats import SchedulerStats
 from tercet.tools.tool_calls import (
@@ -79,6 +85,7 @@ __all__ = [
     "ControlReply",
     "ControlRequest",
     "DecodeLimits",
+    "DraftModel",
     "DraftRequest",
     "EncoderArchitecture",
     "FinishKind",
@@ -91,6 +98,7 @@ __all__ = [
     "GrammarTokenizer",
     "LinearMethod",
     "LinearTarget",
+    "MAX_ROLLBACK",
     "MessageOverLimitsError",
     "MessageRegistry",
     "ModelArchitecture",

@@ -228,6 +228,9 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     something malformed, gives no drafts that step, counted against its
     plugin. With tensor parallelism every rank asks its own proposer, so its
     drafts must be a pure function of what it is shown (as ``ngram``'s are).
+    A factory may instead return a :class:`tercet.scheduler.proposer.DraftModel`
+    naming a checkpoint to draft with: the scheduler loads it with a KV pool of
+    its own and drafts greedily with it (:mod:`tercet.scheduler.model_drafter`).
     ``proposer = "none"`` (the default) turns speculation off.
     """,
     ),

@@ -25,6 +25,9 @@ from tercet.reasoning.parser import ReasoningFrame
 if TYPE_CHECKING:
     import torch
 
+# The most tokens a scheduler takes back from a matcher at once (a request's drafts of one step).
+MAX_ROLLBACK = 32
+
 
 class GrammarError(ValueError):
     """A constraint the backend cannot compile; the message names the problem."""
@@ -41,6 +44,15 @@ class GrammarTokenizer:
 
 class GrammarMatcher(abc.ABC):
     """One completion's position in its grammar."""
+
+    # Whether :meth:`rollback` works. Only then does a constrained request speculate: its
+    # drafts are checked by advancing the matcher through them, then taking them back.
+    can_roll_back: bool = False
+
+    def rollback(self, num_tokens: int) -> None:
+        """Take back the last ``num_tokens`` tokens :meth:`accept` took (at most
+        ``MAX_ROLLBACK``, more than ``[speculative] k`` can be); the matcher is then where it was before them."""
+        raise NotImplementedError(f"{type(self).__name__} cannot roll back")
 
     @abc.abstractmethod
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:

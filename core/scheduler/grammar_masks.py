@@ -9,10 +9,11 @@ and the token is dropped, since the request has finished by then.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from tercet.containment import ContainedFailures
 from tercet.ipc.messages import FinishKind, FinishReason
+from tercet.scheduler.draft_grammar import fill_bitmask_after
 from tercet.scheduler.grammar_backend import GrammarError
 from tercet.scheduler.req import Req
 
@@ -27,23 +28,28 @@ class GrammarMasks:
         # Who registered the grammar backend, for the failure counts.
         self.plugin_name = plugin_name
 
-    def apply(self, sampled: list[Req], logits):
-        """``logits`` (row i is ``sampled[i]``) with every constrained row masked."""
+    def apply(self, sampled: list[Req], logits, assumed: list[list[int]] | None = None):
+        """``logits`` (row i is ``sampled[i]``) with every constrained row masked; a row with
+        ``assumed[i]`` drafts (speculative decoding) by the grammar's state after them."""
         rows = [row for row, req in enumerate(sampled) if req.grammar is not None]
         if not rows:
             return logits
         from tercet.model.token_bitmask import mask_rows, new_bitmask
 
         bitmask = new_bitmask(len(rows), logits.shape[1])
-        live = [position for position, row in enumerate(rows) if self.fill(sampled[row], bitmask, position)]
+        live = [position for position, row in enumerate(rows)
+                if self.fill(sampled[row], bitmask, position, assumed[row] if assumed else ())]
         if not live:
             return logits
         return mask_rows(logits, [rows[position] for position in live], bitmask[live])
 
-    def fill(self, req: Req, bitmask, position: int) -> bool:
-        """Fill ``bitmask[position]`` from the request's grammar; False (the request ended) when it cannot."""
+    def fill(self, req: Req, bitmask, position: int, ahead: Sequence[int] = ()) -> bool:
+        """Fill ``bitmask[position]`` from the request's grammar (after the drafts ``ahead``); False
+        (the request ended) when it cannot."""
+        if req.is_finished:  # a row of its before this one ended it
+            return False
         try:
-            req.grammar.fill_bitmask(bitmask, position)
+            fill_bitmask_after(req.grammar, ahead, bitmask, position)
         except GrammarError as error:
             # The backend's word that the constraint itself cannot go on (a parser limit, say).
             self.queues.fail(req, constraint_refusal(req, error))

@@ -116,8 +116,9 @@ class ModelStep:
         if draft_rows.reqs:
             logits = torch.cat([logits, *draft_rows.logits])
         rows_reqs = sampled + draft_rows.reqs
-        logits = self.grammar_masks.apply(rows_reqs, logits)
-        choices = self.sample(rows_reqs, logits, [[] for _ in sampled] + draft_rows.assumed)
+        assumed = [[] for _ in sampled] + draft_rows.assumed
+        logits = self.grammar_masks.apply(rows_reqs, logits, assumed)
+        choices = self.sample(rows_reqs, logits, assumed)
         for req, choice in zip(sampled, choices):
             if choice is not None and not req.is_finished:
                 self.sampled_tokens.take(req, choice)

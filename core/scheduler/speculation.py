@@ -8,8 +8,9 @@ extend over the paged KV cache (:mod:`tercet.scheduler.draft_verification`
 keeps what the target model agrees with). A request speculates when:
 
 - it asked to (``speculative``, true unless the request says false);
-- it has no output constraint (a grammar matcher cannot take back tokens, so
-  drafts would need a rollback it does not offer);
+- it has no output constraint, or its grammar's matcher can take tokens back:
+  its drafts are then cut to what the grammar allows and its rows masked by
+  the state each draft reaches (:mod:`tercet.scheduler.draft_grammar`);
 - its ``max_tokens`` leaves room for a draft beside the target's own token;
 - the step decodes at most ``[speculative] max_batch`` requests: past that the
   forward is compute-bound, and verifying drafts costs more than it saves;
@@ -28,7 +29,9 @@ from typing import TYPE_CHECKING
 
 from tercet.config_sections import SpeculativeConfig
 from tercet.containment import ContainedFailures
-from tercet.scheduler.proposer import DraftRequest, Proposer
+from tercet.scheduler.draft_grammar import allowed_drafts, can_check_drafts
+from tercet.scheduler.model_drafter import load_model_drafter
+from tercet.scheduler.proposer import DraftModel, DraftRequest, Proposer
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -42,7 +45,10 @@ def speculation_of(context: "ProcessContext", model_runner, failures: ContainedF
     if factory is None:
         return None
     config = context.config.speculative
-    return Speculation(factory(context.config), config.proposer, context.chosen_plugin_name("speculative_proposers"),
+    proposer = factory(context.config)
+    if isinstance(proposer, DraftModel):
+        proposer = load_model_drafter(proposer, context, model_runner)
+    return Speculation(proposer, config.proposer, context.chosen_plugin_name("speculative_proposers"),
                        config, model_runner.vocab_size, failures)
 
 
@@ -87,7 +93,7 @@ class Speculation:
         self.shown: set[str] = set()
 
     def may_speculate(self, req: Req) -> bool:
-        return (req.sampling_params.speculative and req.grammar is None and not req.is_prefilling
+        return (req.sampling_params.speculative and can_check_drafts(req.grammar) and not req.is_prefilling
                 and self.max_drafts(req) > 0)
 
     def max_drafts(self, req: Req) -> int:
@@ -103,7 +109,7 @@ class Speculation:
         added = {}
         for index, draft in zip(chosen, drafts):
             req = fed[index]
-            draft = draft[: self._drafts_that_fit(req, len(draft), memory)]
+            draft = self._grammatical(req, draft[: self._drafts_that_fit(req, len(draft), memory)])
             if draft and memory.ensure_pages(req, req.num_cached_tokens + 1 + len(draft)):
                 feeds[index] = feeds[index] + draft
                 added[index] = draft
@@ -134,6 +140,17 @@ class Speculation:
             self.failures.record("speculative_proposer", f"the proposer failed drafting for {len(reqs)} requests",
                                  plugin=self.plugin_name)
             return [[] for _ in reqs]
+
+    def _grammatical(self, req: Req, draft: list[int]) -> list[int]:
+        """The drafts the request's grammar allows (all of them without one); none when its matcher fails."""
+        if req.grammar is None or not draft:
+            return draft
+        try:
+            return allowed_drafts(req.grammar, draft, self.vocab_size)
+        except Exception:
+            # The matcher is a plugin; the step that emits the request's token will meet the failure again.
+            self.failures.record("grammar", f"checking the drafts of request {req.rid!r} against its grammar failed")
+            return []
 
     def _checked(self, draft, max_drafts: int) -> list[int]:
         draft = list(draft)[:max_drafts]

@@ -25,15 +25,16 @@ TINY_LLAMA_SHAPE = dict(
 LM_HEAD_SCALE = 8.0
 
 
-def write_tiny_llama(target: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
-    """Save the tiny Llama (float32 safetensors) and ``tokenizer_dir``'s tokenizer into ``target``."""
+def write_tiny_llama(target: Path, tokenizer_dir: Path, seed: int = 0, vocab_size: int | None = None) -> Path:
+    """Save the tiny Llama (float32 safetensors) and ``tokenizer_dir``'s tokenizer into ``target``
+    (``vocab_size``: a vocabulary other than the tokenizer's, for a model that must not match it)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

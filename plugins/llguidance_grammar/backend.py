@@ -13,17 +13,30 @@ from __future__ import annotations
 import ctypes
 import json
 import re
+from collections import deque
 
 import llguidance
 
-from tercet.plugin_api import GrammarBackend, GrammarError, GrammarMatcher, GrammarTokenizer, ReasoningFrame
+from tercet.plugin_api import (
+    MAX_ROLLBACK,
+    GrammarBackend,
+    GrammarError,
+    GrammarMatcher,
+    GrammarTokenizer,
+    ReasoningFrame,
+)
 from tercet.plugins.llguidance_grammar.after_reasoning import after_reasoning
 
 
 class LlguidanceMatcher(GrammarMatcher):
+    can_roll_back = True
+
     def __init__(self, matcher, eos_token_ids: frozenset[int]):
         self.matcher = matcher
         self.eos_token_ids = eos_token_ids
+        # Per token accept() took, newest last: whether llguidance consumed it (an EOS the
+        # grammar may end with is taken here without it), so that rollback undoes just those.
+        self.consumed: deque[bool] = deque(maxlen=MAX_ROLLBACK)
 
     def fill_bitmask(self, bitmask, row: int) -> None:
         # Straight into the row's memory (llguidance's own torch helper does the
@@ -38,8 +51,10 @@ class LlguidanceMatcher(GrammarMatcher):
 
     def accept(self, token_id: int) -> bool:
         if token_id in self.eos_token_ids and self.matcher.is_accepting():
+            self.consumed.append(False)
             return True
         if self.matcher.consume_token(token_id):
+            self.consumed.append(True)
             return True
         # The token was one the mask allowed, so the matcher contradicts itself:
         # the request's constraint, not a fault of the server, hence a 400.
@@ -47,6 +62,11 @@ class LlguidanceMatcher(GrammarMatcher):
 
     def is_complete(self) -> bool:
         return self.matcher.is_stopped()
+
+    def rollback(self, num_tokens: int) -> None:
+        consumed = sum(self.consumed.pop() for _ in range(num_tokens))
+        if consumed and not self.matcher.rollback(consumed):
+            raise RuntimeError(f"llguidance could not take back {consumed} tokens: {self.matcher.get_error()}")
 
 
 # llguidance's words when a grammar outgrows one of its parser or lexer limits

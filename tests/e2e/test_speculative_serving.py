@@ -87,3 +87,56 @@ def test_the_default_model_in_float32_copies_faster_with_the_same_greedy_answer(
     # The answer quotes its prompt: most drafts are accepted, several tokens a verification.
     assert figures["acceptance_rate"] > 0.5 and figures["mean_accepted_length"] > 1.5
     assert not math.isnan(figures["acceptance_rate"])
+
+
+@pytest.mark.parametrize("proposer", ["self_quantized", "draft_model"])
+def test_mixed_batches_drafted_by_a_model_answer_as_without_speculation(start_server, tiny_server, tiny_llama_dir,
+                                                                        proposer):
+    # draft_model: the tiny model drafting for itself; self_quantized: its own weights in 4 bits.
+    speculating = start_server(tiny_llama_dir, TINY_SETTINGS + [f"speculative.proposer={proposer}",
+                                                                f"speculative.draft_model={tiny_llama_dir}",
+                                                                "speculative.max_batch=8"])
+    expected = asyncio.run(send_all(tiny_server.base_url))
+    # Twice: the second time the prompts come from the prefix cache.
+    for _ in range(2):
+        assert_same_answers(asyncio.run(send_all(speculating.base_url)), expected)
+    figures = httpx.get(speculating.base_url + "/get_server_info").json()["ranks"][0]["speculation"]
+    assert figures["proposer"] == proposer and figures["accepted_tokens"] > 0
+
+
+def chat_prompt_ids(model_dir, messages: list[str]) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                           tokenize=False) for message in messages]
+    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+
+
+@pytest.mark.real_model
+def test_the_default_model_in_float32_drafting_with_its_own_q4_1_blocks_answers_as_without(start_server,
+                                                                                         default_model_dir):
+    prompts = chat_prompt_ids(default_model_dir, ["Name three colours of the rainbow.",
+                                                  f"Repeat this sentence exactly: {QUOTED}.",
+                                                  "What is the capital of France?"])
+    server = start_server(None, ["cache.max_total_tokens=4096", "scheduler.max_running_requests=8",
+                                 "model.quantization=none", "model.dtype=float32",
+                                 "speculative.proposer=self_quantized", "speculative.max_batch=8"])
+    info = httpx.get(server.base_url + "/get_server_info").json()
+    assert info["ranks"][0]["speculation"]["proposer"] == "self_quantized"
+
+    async def answers():
+        # Each prompt twice in one batch: speculating, and not (the reference, greedy as without speculation).
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=300) as client:
+            responses = await asyncio.gather(*[
+                client.post("/generate", json={"input_ids": ids, "sampling_params": {
+                    "max_new_tokens": 32, "temperature": 0, "speculative": speculative}})
+                for ids in prompts for speculative in (True, False)])
+        return [response.json()["output_ids"] for response in responses]
+
+    for _ in range(2):  # the second time from the prefix cache
+        outputs = asyncio.run(answers())
+        assert outputs[0::2] == outputs[1::2]
+    figures = httpx.get(server.base_url + "/get_server_info").json()["ranks"][0]["speculation"]
+    # The Q4_1 blocks agree with the float32 weights on most greedy tokens.
+    assert figures["verifications"] > 0 and figures["acceptance_rate"] > 0.6

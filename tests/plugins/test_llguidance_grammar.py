@@ -88,3 +88,17 @@ def test_a_schema_past_the_parser_limits_is_refused_as_such_when_compiled(backen
     with pytest.raises(GrammarError, match="too complex for the grammar backend's parser limits") as refusal:
         backend.compile("json_schema", json.dumps(schema))
     assert "vocabulary" not in str(refusal.value)
+
+
+def test_rollback_takes_back_what_accept_took_eos_included(backend, tokenizer):
+    matcher = backend.matcher(backend.compile("regex", "(yes|no)+"))
+    yes, no = tokenizer.encode("yes")[0], tokenizer.encode("no")[0]
+    assert matcher.can_roll_back
+    assert matcher.accept(yes)
+    at_yes = allowed(matcher)
+    # EOS is taken without llguidance consuming it (the model's EOS is not its own): rollback skips it.
+    assert matcher.accept(no) and matcher.accept(EOS)
+    matcher.rollback(2)
+    assert torch.equal(allowed(matcher), at_yes)
+    matcher.rollback(1)
+    assert allowed(matcher)[yes] and not allowed(matcher)[EOS]
