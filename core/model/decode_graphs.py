@@ -120,4 +120,5 @@ class DecodeGraphs:
             **columns, extend_lens=ones, extend_start_loc=torch.arange(size, device=ones.device),
             # A host bound only a backend without graph support reads (torch_native's gather width).
             max_extend_len=1, max_seq_len=self.max_seq_len, num_tokens=size,
+            host_extend_lens=None, host_seq_lens=None,
         )

@@ -9,6 +9,7 @@ order, so ``T = sum(extend_lens)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -26,6 +27,11 @@ class ForwardBatch:
     max_extend_len: int
     max_seq_len: int
     num_tokens: int
+    # extend_lens and seq_lens as the host built them, for host work (a plan, output
+    # spans) that must not wait on the device to read them back. None in a CUDA
+    # graph's static batch, whose lengths change at every replay.
+    host_extend_lens: tuple[int, ...] | None
+    host_seq_lens: tuple[int, ...] | None
 
     @property
     def batch_size(self) -> int:
@@ -39,6 +45,13 @@ class ForwardBatch:
     def last_token_indices(self) -> torch.Tensor:
         """Index in [T] of each sequence's last new token: the one whose logits we sample."""
         return self.extend_start_loc + self.extend_lens - 1
+
+    def host_spans(self, sequence_indices: list[int]) -> tuple[list[int], list[int]]:
+        """Where the new tokens of each sequence at ``sequence_indices`` start in [T], and how many there are."""
+        if self.host_extend_lens is None:
+            raise RuntimeError("this batch's lengths are not known on the host (a CUDA graph's static batch)")
+        starts = list(accumulate(self.host_extend_lens[:-1], initial=0))
+        return [starts[index] for index in sequence_indices], [self.host_extend_lens[index] for index in sequence_indices]
 
     @classmethod
     def build(
@@ -86,4 +99,6 @@ class ForwardBatch:
             max_extend_len=max(extend_lens),
             max_seq_len=max(seq_lens),
             num_tokens=num_tokens,
+            host_extend_lens=tuple(extend_lens),
+            host_seq_lens=tuple(seq_lens),
         )

@@ -251,12 +251,10 @@ class LlamaForCausalLM(nn.Module):
 
         The LM head runs over those rows only, never over all T tokens of the batch."""
         hidden = self.hidden_states(batch)
-        # Reading the chosen sequences' spans back is a device sync, paid only
-        # by steps that carry a request asking for prompt log-probabilities.
-        spans = torch.stack([batch.extend_start_loc, batch.extend_lens])[:, sequence_indices].tolist()
-        full_rows = [torch.arange(start, start + length, device=hidden.device) for start, length in zip(*spans)]
+        starts, lengths = batch.host_spans(sequence_indices)
+        full_rows = [torch.arange(start, start + length, device=hidden.device) for start, length in zip(starts, lengths)]
         rows = torch.cat([batch.last_token_indices, *full_rows])
-        last_logits, *full_logits = self.logits_of(hidden[rows]).split([batch.batch_size, *spans[1]])
+        last_logits, *full_logits = self.logits_of(hidden[rows]).split([batch.batch_size, *lengths])
         return last_logits, dict(zip(sequence_indices, full_logits))
 
     def hidden_states(self, batch: ForwardBatch) -> torch.Tensor:

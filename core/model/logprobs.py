@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from tercet.ipc.messages import TokenLogprobs
+from tercet.model.host_copy import read_back
 
 
 def pack_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_top: int) -> torch.Tensor:
@@ -29,7 +30,7 @@ def pack_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_top: int) -
 
 
 def unpack_logprobs(rows: list[list[float]], top_nums: list[int]) -> tuple[list[int], list[float], list[list[list]]]:
-    """Host lists from ``pack_logprobs(...).tolist()``; row i keeps ``top_nums[i]`` alternatives."""
+    """Host lists from ``pack_logprobs(...)`` read back; row i keeps ``top_nums[i]`` alternatives."""
     num_top = (len(rows[0]) - 2) // 2 if rows else 0
     token_ids = [int(row[0]) for row in rows]
     logprobs = [row[1] for row in rows]
@@ -69,7 +70,7 @@ def prompt_logprobs_of_chunk(
         tops.append([])
     if targets:
         target_ids = torch.tensor(targets, dtype=torch.int64, device=chunk_logits.device)
-        rows = pack_logprobs(chunk_logits[: len(targets)], target_ids, top_n).tolist()
+        rows = read_back(pack_logprobs(chunk_logits[: len(targets)], target_ids, top_n))
         ids, values, alternatives = unpack_logprobs(rows, [top_n] * len(rows))
         token_ids += ids
         logprobs += values

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tercet.model.host_copy import read_back
 from tercet.model.logits_processing import LogitEdits
 from tercet.model.logprobs import pack_logprobs, unpack_logprobs
 from tercet.model.row_argmax import row_argmax
@@ -78,9 +79,9 @@ def sample(logits: torch.Tensor, sampling_batch: SamplingBatch) -> SampleOutput:
     processed = sampling_batch.logit_edits.apply(logits)
     token_ids = _choose_tokens(processed, sampling_batch.draws)
     if sampling_batch.top_logprobs_nums is None:
-        return SampleOutput(token_ids=token_ids.tolist(), logprobs=None, top_logprobs=None)
+        return SampleOutput(token_ids=read_back(token_ids), logprobs=None, top_logprobs=None)
     top_nums = sampling_batch.top_logprobs_nums
-    rows = pack_logprobs(logits, token_ids, max(top_nums)).tolist()
+    rows = read_back(pack_logprobs(logits, token_ids, max(top_nums)))
     ids, logprobs, tops = unpack_logprobs(rows, top_nums)
     return SampleOutput(token_ids=ids, logprobs=logprobs, top_logprobs=tops)
 

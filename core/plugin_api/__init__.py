@@ -43,6 +43,7 @@ from tercet.ipc.messages import (
 )
 from tercet.model.architecture import EncoderArchitecture, ModelArchitecture
 from tercet.model.attention import AttentionBackend, AttentionLayout
+from tercet.model.attention_factory import AttentionBackendFactory
 from tercet.model.linear_method import LinearMethod, LinearTarget
 from tercet.model.native_calls import NativeAttention, NativeMatmul
 from tercet.plugin_host.compatibility import API_VERSION
@@ -75,6 +76,7 @@ from tercet.tools.tool_calls import (
 __all__ = [
     "API_VERSION",
     "AttentionBackend",
+    "AttentionBackendFactory",
     "AttentionLayout",
     "CONTROL_MESSAGE_TYPES",
     "CORE_MESSAGE_TYPES",

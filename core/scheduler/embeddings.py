@@ -93,6 +93,8 @@ class EmbeddingStep:
         return count
 
     def run(self) -> None:
+        from tercet.model.host_copy import copy_to_host
+
         with self.timer.stage("schedule"):
             sequences = [req.input_ids for req in self.queues.waiting_embeddings[:self.num_fitting()]]
         if not sequences:
@@ -102,7 +104,7 @@ class EmbeddingStep:
             if vectors is None:  # num_fitting counted what fits, so this is not expected; they wait instead
                 return
             # Little-endian float32, the bytes OpenAI's base64 encoding carries.
-            rows = vectors.float().cpu().numpy().astype("<f4")
+            rows = copy_to_host(vectors.float()).numpy().astype("<f4")
         # The inputs leave the queue once embedded.
         for req, row in zip(self.queues.take_embeddings(len(sequences)), rows):
             self.queues.end_embedding(req, row.tobytes())

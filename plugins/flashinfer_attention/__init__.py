@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tercet.plugin_api import ConfigError, hookimpl
+from tercet.plugin_api import AttentionBackendFactory, hookimpl
 
 
 def flashinfer_unavailable_reason() -> str | None:
@@ -26,21 +26,27 @@ def flashinfer_unavailable_reason() -> str | None:
     return None
 
 
-def create_flashinfer_backend(layout):
-    reason = flashinfer_unavailable_reason()
-    if reason is None and layout.device.type != "cuda":
-        reason = f"the model runs on {layout.device.type}, and FlashInfer's kernels run on CUDA only"
-    if reason is not None:
-        raise ConfigError(f"attention.backend flashinfer is unavailable: {reason}")
-    if layout.deterministic:
-        raise ConfigError("attention.backend flashinfer cannot serve model.deterministic = true; "
-                          "use paged_cpu (a CPU with a C compiler)")
+def layout_problem(layout) -> str | None:
+    import torch
+
+    if layout.device.type != "cuda":
+        return f"the model runs on {layout.device.type}, and FlashInfer's kernels run on CUDA only"
+    # The query and cache dtypes FlashInfer builds its attention kernels for (besides fp8 caches).
+    if layout.dtype not in (torch.float16, torch.bfloat16):
+        return f"FlashInfer's attention kernels take float16 or bfloat16, not {layout.dtype}: set model.dtype"
+    return None
+
+
+def build_flashinfer_backend(layout):
     from tercet.plugins.flashinfer_attention.backend import FlashInferAttentionBackend
 
     return FlashInferAttentionBackend(layout)
 
 
-create_flashinfer_backend.unavailable_reason = flashinfer_unavailable_reason
+create_flashinfer_backend = AttentionBackendFactory(
+    "flashinfer", build_flashinfer_backend, environment_problem=flashinfer_unavailable_reason,
+    layout_problem=layout_problem, deterministic_refusal="its split of the keys, and so its sums' order, follows the batch; use paged_cpu",
+)
 
 
 @hookimpl

@@ -6,11 +6,14 @@ which is FlashInfer's NHD paged layout with pages of one token: a sequence's
 page is full. The paged-prefill kernel serves decode rows too (one query
 each), so one wrapper covers every step; FlashInfer's causal mask is aligned
 to each sequence's last key, which is what a prefix followed by new tokens
-needs. ``prepare`` plans (host work, once per step); ``forward`` writes the
-new K/V and runs the plan.
+needs. ``prepare`` plans (host work, once per step, from the batch's host
+lengths: no wait on the device); ``forward`` writes the new K/V and runs the
+plan. FlashInfer's kernels take float16 and bfloat16 only.
 """
 
 from __future__ import annotations
+
+from itertools import accumulate
 
 import torch
 
@@ -31,18 +34,13 @@ class FlashInferAttentionBackend(AttentionBackend):
         self.wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
 
     def prepare(self, batch: ForwardBatch, req_to_token: torch.Tensor) -> None:
-        device, layout = req_to_token.device, self.layout
-        key_positions = torch.arange(batch.max_seq_len, device=device)
-        rows = req_to_token[batch.req_pool_indices, : batch.max_seq_len]
-        slots = rows[key_positions[None, :] < batch.seq_lens[:, None]].to(torch.int32)
-        zero = torch.zeros(1, dtype=torch.int32, device=device)
-        query_indptr = torch.cat([zero, torch.cumsum(batch.extend_lens, 0).to(torch.int32)])
-        key_indptr = torch.cat([zero, torch.cumsum(batch.seq_lens, 0).to(torch.int32)])
-        last_page_lens = torch.ones(batch.batch_size, dtype=torch.int32, device=device)
+        layout = self.layout
+        # FlashInfer plans on the host: lengths it is given on the device it would copy back,
+        # waiting for the device. The batch's host lengths cost nothing.
         self.wrapper.plan(
-            query_indptr, key_indptr, slots, last_page_lens, layout.num_heads, layout.num_kv_heads,
-            layout.head_dim, 1, causal=True, sm_scale=layout.scaling, q_data_type=layout.dtype,
-            kv_data_type=layout.dtype,
+            host_indptr(batch.host_extend_lens), host_indptr(batch.host_seq_lens), sequence_slots(batch, req_to_token),
+            torch.ones(batch.batch_size, dtype=torch.int32), layout.num_heads, layout.num_kv_heads, layout.head_dim,
+            1, causal=True, sm_scale=layout.scaling, q_data_type=layout.dtype, kv_data_type=layout.dtype,
         )
 
     def forward(
@@ -53,3 +51,22 @@ class FlashInferAttentionBackend(AttentionBackend):
         pages = (kv_cache.k_buffers[layer_id].unsqueeze(1), kv_cache.v_buffers[layer_id].unsqueeze(1))
         out = self.wrapper.run(q.contiguous(), pages)
         return out.reshape(q.shape[0], self.layout.num_heads * self.layout.head_dim)
+
+
+def host_indptr(lengths: tuple[int, ...]) -> torch.Tensor:
+    """``[0, l0, l0 + l1, ...]`` as a host int32 tensor: where each sequence's run starts and ends."""
+    return torch.tensor([0, *accumulate(lengths)], dtype=torch.int32)
+
+
+def sequence_slots(batch: ForwardBatch, req_to_token: torch.Tensor) -> torch.Tensor:
+    """Every sequence's KV slots in position order, one after another (int32, on the table's device).
+
+    Built from sizes the host knows, not with a boolean mask, whose result size the host
+    would have to wait for the device to learn."""
+    device, total = req_to_token.device, sum(batch.host_seq_lens)
+    sequence_of_key = torch.repeat_interleave(
+        torch.arange(batch.batch_size, device=device), batch.seq_lens, output_size=total
+    )
+    first_key = torch.cumsum(batch.seq_lens, 0) - batch.seq_lens
+    positions = torch.arange(total, device=device) - first_key[sequence_of_key]
+    return req_to_token[batch.req_pool_indices[sequence_of_key], positions].to(torch.int32)

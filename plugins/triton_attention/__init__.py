@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from tercet.plugin_api import ConfigError, hookimpl
+from tercet.plugin_api import AttentionBackendFactory, hookimpl
 
 INTERPRETER_VARIABLE = "TRITON_INTERPRET"
 NOT_INSTALLED = "triton is not installed (pip install 'tercet[triton]')"
@@ -36,23 +36,23 @@ def interpreter_is_on() -> bool:
     return os.environ.get(INTERPRETER_VARIABLE, "0") not in ("", "0")
 
 
-def create_triton_backend(layout):
-    if importlib.util.find_spec("triton") is None:
-        raise ConfigError(f"attention.backend triton is unavailable: {NOT_INSTALLED}")
+def layout_problem(layout) -> str | None:
     if layout.device.type == "cpu" and not interpreter_is_on():
-        raise ConfigError(
-            "attention.backend triton runs on a CPU only in Triton's interpreter: set TRITON_INTERPRET=1 "
-            "before starting tercet (slow; it is for checking the kernels), or use paged_cpu on a CPU"
-        )
-    if layout.deterministic:
-        raise ConfigError("attention.backend triton cannot serve model.deterministic = true: a decoding "
-                          "token's kernel depends on whether its step holds prompt tokens; use paged_cpu")
+        return ("on a CPU Triton runs only in its interpreter: set TRITON_INTERPRET=1 before starting tercet "
+                "(slow; it is for checking the kernels), or use paged_cpu on a CPU")
+    return None
+
+
+def build_triton_backend(layout):
     from tercet.plugins.triton_attention.backend import TritonAttentionBackend
 
     return TritonAttentionBackend(layout)
 
 
-create_triton_backend.unavailable_reason = triton_unavailable_reason
+create_triton_backend = AttentionBackendFactory(
+    "triton", build_triton_backend, environment_problem=triton_unavailable_reason, layout_problem=layout_problem,
+    deterministic_refusal="a decoding token's kernel depends on whether its step holds prompt tokens; use paged_cpu",
+)
 
 
 @hookimpl

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 
@@ -54,3 +56,17 @@ def test_a_sequence_without_new_tokens_is_rejected(req_to_token):
         ForwardBatch.build([0, 2], [0, 0], [[1], []], req_to_token, "cpu")
     with pytest.raises(ValueError):
         ForwardBatch.build([0], [0, 1], [[1]], req_to_token, "cpu")
+
+
+def test_host_lengths_and_spans_need_no_read_back(req_to_token):
+    batch = ForwardBatch.build([2, 0, 1], [5, 0, 0], [[42], [7, 8, 9], [1, 2]], req_to_token, "cpu")
+    assert (batch.host_extend_lens, batch.host_seq_lens) == ((1, 3, 2), (6, 3, 2))
+    assert batch.host_spans([1, 2]) == ([1, 4], [3, 2])
+    assert batch.host_spans([0]) == ([0], [1])
+
+
+def test_a_batch_without_host_lengths_says_so_when_asked_for_spans(req_to_token):
+    batch = ForwardBatch.build([0], [0], [[1]], req_to_token, "cpu")
+    static = dataclasses.replace(batch, host_extend_lens=None, host_seq_lens=None)
+    with pytest.raises(RuntimeError, match="not known on the host"):
+        static.host_spans([0])

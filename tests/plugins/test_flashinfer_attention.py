@@ -1,11 +1,14 @@
 """The flashinfer backend: listed unavailable (with the reason) off CUDA; on CUDA, the
 attention contract against torch_native over the same random steps as the other backends.
 
-Tolerances (CUDA only): float32 1e-3 (FlashInfer's kernels multiply in reduced
-precision), bfloat16 3e-2 absolute, 2e-2 relative.
+Its plan's inputs (host offsets, each sequence's slots in order) are checked on
+the CPU. FlashInfer's kernels take float16 and bfloat16 only. Tolerances (CUDA
+only): float16 5e-3, bfloat16 3e-2 absolute, 2e-2 relative.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -17,7 +20,7 @@ from tercet.plugin_api import AttentionLayout, ConfigError
 from tercet.plugins import flashinfer_attention
 from tercet.testing.attention_cases import attention_case, compare_backends
 
-TOLERANCE = {torch.float32: dict(atol=1e-3, rtol=1e-3), torch.bfloat16: dict(atol=3e-2, rtol=2e-2)}
+TOLERANCE = {torch.float16: dict(atol=5e-3, rtol=5e-3), torch.bfloat16: dict(atol=3e-2, rtol=2e-2)}
 
 
 def test_registered_under_flashinfer_through_the_plugin_hook():
@@ -35,6 +38,26 @@ def test_off_cuda_it_is_unavailable_and_choosing_it_says_why():
         flashinfer_attention.create_flashinfer_backend(layout)
 
 
+def test_its_plan_gets_host_offsets_and_every_sequences_slots_in_position_order():
+    from tercet.plugins.flashinfer_attention.backend import host_indptr, sequence_slots
+
+    # A decode row over 5 cached tokens, a prompt of 3 after a prefix of 2, a fresh prompt of 2.
+    case = attention_case(0, [(5, 1), (2, 3), (0, 2)], 1, 1, 64, 4, torch.bfloat16, "cpu")
+    batch, table = case.batch, case.table
+    assert host_indptr(batch.host_extend_lens).tolist() == [0, 1, 4, 6]
+    assert host_indptr(batch.host_seq_lens).tolist() == [0, 6, 11, 13]
+    rows = batch.req_pool_indices.tolist()
+    expected = [*table[rows[0], :6].tolist(), *table[rows[1], :5].tolist(), *table[rows[2], :2].tolist()]
+    slots = sequence_slots(batch, table)
+    assert slots.dtype == torch.int32 and slots.tolist() == expected
+
+
+def test_float32_is_refused_with_the_dtypes_its_kernels_take():
+    layout = AttentionLayout(2, 1, 64, num_layers=1, device=torch.device("cuda"), dtype=torch.float32)
+    assert "float16 or bfloat16" in flashinfer_attention.layout_problem(layout)
+    assert flashinfer_attention.layout_problem(dataclasses.replace(layout, dtype=torch.bfloat16)) is None
+
+
 @pytest.mark.cuda
 @settings(max_examples=30, deadline=None)
 @given(
@@ -45,7 +68,7 @@ def test_off_cuda_it_is_unavailable_and_choosing_it_says_why():
     group=st.sampled_from([1, 2, 4]),
     head_dim=st.sampled_from([64, 128]),
     page_size=st.sampled_from([1, 16]),
-    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
 )
 def test_on_cuda_it_attends_and_writes_as_torch_native_does(
     seed, spans, decode_only, num_kv_heads, group, head_dim, page_size, dtype
