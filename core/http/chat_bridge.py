@@ -18,8 +18,8 @@ from starlette.requests import Request
 from tercet.errors import RequestError
 from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
-from tercet.http.openai_params import renamed
 from tercet.http.openai_api import read_chat_request
+from tercet.http.openai_params import renamed
 from tercet.http.openai_request import OpenAIRequest
 from tercet.http.openai_response import chat_completion_response
 from tercet.http.openai_stream import chat_completion_chunks
