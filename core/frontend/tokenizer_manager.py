@@ -3,12 +3,10 @@
 It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
 ``ReqState`` per completion id until the caller has consumed the last output;
 an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
-waiting callers. Embeddings go the same way (:mod:`tercet.frontend.tokenizer_embeddings`).
-
-Tokenizing and chat templating run in worker threads: a long prompt takes
-seconds to tokenize, and on the event loop those seconds would stall every
-stream and health check. Hugging Face fast tokenizers release the GIL while
-encoding, so threads are enough.
+waiting callers. Its parts of their own are mixed in: prompts, tokenized off
+the event loop (:mod:`tercet.frontend.tokenizer_prompts`), embeddings, which go
+the same way as generation (:mod:`tercet.frontend.tokenizer_embeddings`), and the
+control plane (:mod:`tercet.frontend.tokenizer_control`).
 """
 
 from __future__ import annotations
@@ -18,13 +16,10 @@ import dataclasses
 import logging
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from typing import AsyncIterator, Callable, TypeVar
+from typing import AsyncIterator
 
 from tercet.containment import ContainedFailures
-from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
-from tercet.field_checks import is_integer
 from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.completion_outputs import outputs_as_they_come
 from tercet.frontend.constraint_size import check_constraint_size
@@ -32,10 +27,11 @@ from tercet.frontend.data_parallel_router import DataParallelRouter
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
 from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.frontend.req_state import ReqState
+from tercet.frontend.tokenizer_control import ControlPlane
 from tercet.frontend.tokenizer_embeddings import EmbeddingRequests
-from tercet.ipc.result_routes import ApiWorker
+from tercet.frontend.tokenizer_prompts import PromptTokenizing, new_tokenize_pool
 from tercet.ipc.communicator import Communicator
-from tercet.ipc.control_messages import AbortRequestsReq, ControlReply, ControlRequest
+from tercet.ipc.control_messages import AbortRequestsReq, ControlReply
 from tercet.ipc.messages import (
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -45,6 +41,7 @@ from tercet.ipc.messages import (
     choice_rid,
 )
 from tercet.ipc.rank_metrics import RankMetricsReport
+from tercet.ipc.result_routes import ApiWorker
 from tercet.metrics.serving_metrics import ServingMetrics
 from tercet.metrics.stage_timer import stage_timer
 from tercet.model_abilities import ENCODER_CANNOT_GENERATE, ModelAbilities
@@ -55,10 +52,9 @@ from tercet.tokenizer.loading import max_bytes_per_token
 
 logger = logging.getLogger(__name__)
 EDGE_TO_TOKENIZER = "edge 3 (detokenizer and schedulers -> TokenizerManager)"
-Result = TypeVar("Result")
 
 
-class TokenizerManager(EmbeddingRequests):
+class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
     def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int,
                  abilities: ModelAbilities | None = None, worker: ApiWorker = ApiWorker()):
         self.context = context
@@ -74,7 +70,7 @@ class TokenizerManager(EmbeddingRequests):
         self.vocab_size = len(tokenizer)
         # None when the tokenizer allows no bound: prompts are then only measured by tokenizing.
         self.max_bytes_per_token = max_bytes_per_token(tokenizer)
-        self.tokenize_pool = ThreadPoolExecutor(max_workers=_num_cpus(), thread_name_prefix="tercet-tokenize")
+        self.tokenize_pool = new_tokenize_pool()
         scheduler_config = context.config.scheduler
         # Requests the server holds at once: a full batch plus the waiting queue.
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
@@ -133,78 +129,6 @@ class TokenizerManager(EmbeddingRequests):
         return len(self.rid_to_state)
 
     # -- requests -----------------------------------------------------------
-
-    async def run_off_loop(self, function: Callable[..., Result], *args) -> Result:
-        """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
-        return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, function, *args)
-
-    async def tokenize_chat(
-        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
-    ) -> list[int]:
-        """:meth:`apply_chat_template` off the event loop."""
-        return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens, tools, generation_prefix)
-
-    def apply_chat_template(
-        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
-    ) -> list[int]:
-        """The conversation's prompt tokens (``tools`` for a template that renders
-        them, ``generation_prefix`` after the generation prompt). Blocks for as
-        long as tokenizing takes: from the event loop, await :meth:`tokenize_chat` instead."""
-        try:
-            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        except Exception as error:  # template errors are the request's fault
-            raise RequestError(f"messages could not be formatted with the chat template: {error}", "messages") from None
-        text += generation_prefix
-        # Rendering is quick string work; measuring the rendered text (not the
-        # messages' contents, which a template may trim or leave out) keeps the
-        # bound sound before the slow part. The template writes the special
-        # tokens itself, as apply_chat_template(tokenize=True) does.
-        self.check_prompt_bytes(text, max_new_tokens, "messages")
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def tokenize(self, request: GenerateRequest) -> list[int]:
-        """The prompt tokens of a single-prompt request, refused if they leave no
-        room for its max_new_tokens. Blocks for as long as tokenizing takes;
-        :meth:`generate` runs it off the event loop."""
-        max_new_tokens = request.sampling_params.max_new_tokens
-        if request.input_ids is not None:
-            input_ids = list(request.input_ids)
-            self.check_length(len(input_ids), max_new_tokens)  # before looking at each of a million ids
-            if not all(is_integer(t) and 0 <= t < self.vocab_size for t in input_ids):
-                raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})", "input_ids")
-        elif isinstance(request.text, str):
-            self.check_prompt_bytes(request.text, max_new_tokens, "prompt")
-            input_ids = self.tokenizer.encode(request.text)
-        else:
-            raise RequestError("a prompt is required: text or input_ids", "prompt")
-        if not input_ids:
-            raise RequestError("the prompt is empty", "prompt")
-        self.check_length(len(input_ids), max_new_tokens)
-        return input_ids
-
-    def check_prompt_bytes(self, text: str, max_new_tokens: int, param: str) -> None:
-        """Refuse text that cannot be tokenized, or that is too long by its size alone."""
-        try:
-            num_bytes = len(text.encode("utf-8"))
-        except UnicodeEncodeError as error:
-            raise RequestError(f"the {param} is not valid Unicode text: {error.reason} at position {error.start}",
-                               param) from None
-        if self.max_bytes_per_token is None:
-            return
-        fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
-        if fewest_tokens + max_new_tokens > self.context_len:
-            # A max_tokens that leaves no room for any prompt is that field's fault, whatever the prompt.
-            blamed = "max_tokens" if max_new_tokens >= self.context_len else param
-            raise RequestError(
-                f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
-                f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
-                blamed,
-            )
-
-    def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
-        problem = context_length_problem(num_prompt_tokens, max_new_tokens, self.context_len)
-        if problem is not None:
-            raise RequestError(problem, "max_tokens")
 
     @property
     def batch_limit(self) -> int:
@@ -303,34 +227,7 @@ class TokenizerManager(EmbeddingRequests):
         replies = await self.control(AbortRequestsReq, rids=[worker.tag(rid) for worker in others])
         return any(reply.data.get("num_aborted", 0) for reply in replies)
 
-    # -- data parallelism and the control plane ------------------------------
-
-    @property
-    def senders_to_schedulers(self) -> list:
-        """One sender per rank, in rank order (plugins' handlers may send with them)."""
-        return self.router.senders_to_schedulers
-
-    @property
-    def rank_of_rid(self) -> dict[str, int]:
-        """The rank serving each completion in flight (read it; the router keeps it)."""
-        return self.router.rank_of_rid
-
-    def num_requests_per_rank(self) -> list[int]:
-        return self.router.num_requests_per_rank()
-
-    async def control(self, request_type: type[ControlRequest], timeout: float = 30.0, mode: str = "serial",
-                      **fields) -> list[ControlReply]:
-        """Send one control request to every rank; their replies, sorted by rank."""
-        communicator = self.communicators.get(request_type)
-        if communicator is None:
-            communicator = Communicator(request_type, self.router.send_to_all_ranks, self.router.num_ranks, mode,
-                                        tag_request_id=self.worker.tag)
-            self.communicators[request_type] = communicator
-        return await communicator.call(timeout, **fields)
-
-    def handle_control_reply(self, reply: ControlReply) -> None:
-        for communicator in self.communicators.values():
-            communicator.handle_reply(reply)
+    # -- outputs, and their end -----------------------------------------------
 
     def fail_requests_in_flight(self, message: str) -> None:
         """End every request held here with a 503 abort carrying ``message``:
@@ -342,28 +239,6 @@ class TokenizerManager(EmbeddingRequests):
                 state.out_list.append(GenerateOutput(self.worker.untag(rid), "", [], finish, 0, 0, index=state.index))
                 state.finished = True
                 state.event.set()
-
-    def handle_rank_metrics_report(self, report: RankMetricsReport) -> None:
-        """A rank's figures for /metrics (tercet.scheduler.metrics_reporter): kept until its next report."""
-        if not self.metrics.ranks.reported(report):  # no rank of this server sends that: a confused sender
-            self.failures.count("unhandled_message")
-            logger.error("dropped a metrics report for rank %r with malformed figures or no such rank", report.rank)
-
-    def handle_contained_failure_report(self, report: ContainedFailureReport) -> None:
-        if report.component == "detokenizer":
-            self.detokenizer_failures.count(report.kind, report.plugin)
-        else:  # no other child reports this way: a confused sender
-            self.failures.count("unhandled_message")
-            logger.error("dropped a failure report from an unknown component %r", report.component)
-
-    def api_workers(self) -> list[dict]:
-        """The server's API workers, for /get_server_info."""
-        return [{"worker": number, "pid": pid, "is_this_one": number == self.worker.number}
-                for number, pid in sorted(self.worker_pids.items())]
-
-    def contained_failures(self) -> dict:
-        """This process's and the detokenizer's counts, for /get_server_info (each rank reports its own)."""
-        return {"server": self.failures.as_dict(), "detokenizer": self.detokenizer_failures.as_dict()}
 
     def observe_for_metrics(self, rid: str, batch: BatchStrOutput, position: int) -> None:
         # Counted even when the caller has gone (its abort is a finish reason too). A
@@ -399,10 +274,3 @@ class TokenizerManager(EmbeddingRequests):
                 state.finished = True
             state.event.set()
 
-
-def _num_cpus() -> int:
-    # The cores this process may run on, not the machine's (a container or taskset may allow fewer).
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1

@@ -16,7 +16,7 @@ import json
 
 from tercet.errors import RequestError
 from tercet.field_checks import shown
-from tercet.http.protocol_fields import checked_string, joined_text, stream_fields
+from tercet.http.protocol_fields import checked_string, finished_chat_body, given_fields, joined_text, translated
 
 ROLES = ("user", "assistant")
 TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -27,9 +27,7 @@ SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k")
 
 def chat_body(body: dict, *, count_only: bool = False) -> dict:
     """The chat completions body for a Messages API body (``count_only``: no answer is wanted)."""
-    chat = {"messages": _system(body.get("system")) + _messages(body.get("messages"))}
-    if body.get("model") is not None:
-        chat["model"] = body["model"]
+    chat = {"messages": _system(body.get("system")) + _messages(body.get("messages")), **given_fields(body, ["model"])}
     tools = _tools(body.get("tools"))
     if tools:
         chat["tools"] = tools
@@ -40,14 +38,9 @@ def chat_body(body: dict, *, count_only: bool = False) -> dict:
     if count_only:
         return chat
     _require_max_tokens(body)
-    chat.update({field: body[field] for field in SAMPLING_FIELDS if body.get(field) is not None})
-    if body.get("stop_sequences") is not None:
-        chat["stop"] = _stop_sequences(body["stop_sequences"])
-    user = _metadata_user(body.get("metadata"))
-    if user is not None:
-        chat["user"] = user
-    chat.update(stream_fields(body))
-    return chat
+    chat.update(given_fields(body, SAMPLING_FIELDS))
+    return finished_chat_body(chat, body, stop=translated(body, "stop_sequences", _stop_sequences),
+                              user=_metadata_user(body.get("metadata")))
 
 
 def _require_max_tokens(body: dict) -> None:

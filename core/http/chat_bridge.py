@@ -18,30 +18,20 @@ from starlette.requests import Request
 from tercet.errors import RequestError
 from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
+from tercet.http.openai_api import read_chat_request
 from tercet.http.openai_params import renamed
-from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request
+from tercet.http.openai_request import OpenAIRequest
 from tercet.http.openai_response import chat_completion_response
 from tercet.http.openai_stream import chat_completion_chunks
-from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.ipc.messages import FinishReason
 
 
 async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, renames: dict[str, str]) -> OpenAIRequest:
     """A translated body read as ``/v1/chat/completions`` reads one; a refusal names the protocol's own field."""
     try:
-        openai_request = await parse_chat_completion_request(
-            chat_body,
-            tokenizer_manager.served_model_name,
-            tokenizer_manager.context_len,
-            tokenizer_manager.tokenize_chat,
-            tokenizer_manager.vocab_size,
-            tokenizer_manager.chat_tools,
-            tokenizer_manager.reasoning,
-        )
-        generate_request = with_scheduling_fields(openai_request.generate_request, chat_body, request)
+        return await read_chat_request(chat_body, request, tokenizer_manager)
     except RequestError as error:
         raise _renamed(error, renames) from None
-    return dataclasses.replace(openai_request, generate_request=generate_request)
 
 
 def _renamed(error: RequestError, renames: dict[str, str]) -> RequestError:

@@ -36,7 +36,13 @@ async def create_completion(request: Request, tokenizer_manager) -> Response:
 
 
 async def create_chat_completion(request: Request, tokenizer_manager) -> Response:
-    body = await read_json_object(request)
+    openai_request = await read_chat_request(await read_json_object(request), request, tokenizer_manager)
+    return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)
+
+
+async def read_chat_request(body: dict, request: Request, tokenizer_manager) -> OpenAIRequest:
+    """A chat completions ``body`` read, checked and templated with this server's model, tokenizer,
+    tools and reasoning parser, with the scheduling fields (also for the protocols bridged to it)."""
     openai_request = await parse_chat_completion_request(
         body,
         tokenizer_manager.served_model_name,
@@ -46,8 +52,7 @@ async def create_chat_completion(request: Request, tokenizer_manager) -> Respons
         tokenizer_manager.chat_tools,
         tokenizer_manager.reasoning,
     )
-    openai_request = _with_scheduling_fields(openai_request, body, request)
-    return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)
+    return _with_scheduling_fields(openai_request, body, request)
 
 
 async def list_models(request: Request, tokenizer_manager) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from tercet.errors import RequestError
 from tercet.field_checks import check_text, shown
 from tercet.http.openai_params import parse_flag
@@ -13,6 +15,24 @@ def checked_string(value, where: str, allow_empty: bool = False) -> str:
         raise RequestError(f"{where} must be a non-empty string, got {shown(value)}", where)
     check_text(value, where)
     return value
+
+
+def given_fields(body: dict, names: Iterable[str]) -> dict:
+    """The fields of ``names`` that the body sends, as they are (a null counts as not sent)."""
+    return {name: body[name] for name in names if body.get(name) is not None}
+
+
+def translated(body: dict, field: str, translate: Callable):
+    """``translate(body[field])`` when the body sends ``field``, else None (a null counts as not sent)."""
+    value = body.get(field)
+    return None if value is None else translate(value)
+
+
+def finished_chat_body(chat: dict, body: dict, **optional) -> dict:
+    """``chat`` with each ``optional`` field that has a value, and the fields of the body's ``stream``."""
+    chat.update({name: value for name, value in optional.items() if value is not None})
+    chat.update(stream_fields(body))
+    return chat
 
 
 def stream_fields(body: dict) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tercet.errors import RequestError
 from tercet.field_checks import check_text, shown
-from tercet.http.protocol_fields import checked_string, joined_text, stream_fields
+from tercet.http.protocol_fields import checked_string, finished_chat_body, given_fields, joined_text, translated
 
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -33,22 +33,12 @@ STATEFUL_FIELDS = {
 def chat_body(body: dict) -> dict:
     """The chat completions body for a Responses API body."""
     _refuse_stored_state(body)
-    chat = {"messages": _instructions(body.get("instructions")) + _input(body.get("input"))}
-    if body.get("model") is not None:
-        chat["model"] = body["model"]
-    if body.get("max_output_tokens") is not None:
-        chat["max_tokens"] = body["max_output_tokens"]
-    chat.update({field: body[field] for field in SAMPLING_FIELDS if body.get(field) is not None})
-    tools = _tools(body.get("tools"))
-    if tools:
-        chat["tools"] = tools
-    if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice(body["tool_choice"])
-    response_format = _text_format(body.get("text"))
-    if response_format is not None:
-        chat["response_format"] = response_format
-    chat.update(stream_fields(body))
-    return chat
+    chat = {"messages": _instructions(body.get("instructions")) + _input(body.get("input")),
+            **given_fields(body, ["model", *SAMPLING_FIELDS])}
+    return finished_chat_body(
+        chat, body, max_tokens=body.get("max_output_tokens"), tools=_tools(body.get("tools")) or None,
+        tool_choice=translated(body, "tool_choice", _tool_choice), response_format=_text_format(body.get("text")),
+    )
 
 
 def _refuse_stored_state(body: dict) -> None:

@@ -62,20 +62,21 @@ class ApiWorkerGroup:
         return self.exit_code
 
     def _wait_for_workers(self) -> None:
-        alive = list(self.processes)
+        # By their sentinels alone: is_alive() would reap a dead worker here while the supervisor's
+        # watch thread reaps it too, and the thread that loses reads no exit status ("still running").
+        alive = {process.sentinel for process in self.processes}
         while alive:
             timeout = FAILED_WORKER_EXIT_SECONDS if self.failed.is_set() and not self.stays_up else None
-            ready = multiprocessing.connection.wait([process.sentinel for process in alive], timeout=timeout)
+            ready = multiprocessing.connection.wait(list(alive), timeout=timeout)
             if not ready:  # told to stop after a failure and still there: the supervisor kills them
                 return
-            alive = [process for process in alive if process.is_alive()]
+            alive.difference_update(ready)
 
     def _on_signal(self, signal_number: int, frame) -> None:
         # A worker stopped on purpose is no failure.
         self.supervisor.is_stopping = True
         for process in self.processes:
-            if process.is_alive():
-                process.terminate()
+            process.terminate()  # one already gone is not signalled (and is left for the supervisor to reap)
 
     def _on_death(self, name: str, reason: str) -> None:
         """A child died (a worker, a scheduler, the detokenizer): every worker hears of it."""

@@ -265,6 +265,41 @@ def test_killing_one_worker_ends_the_server_within_5_s_with_no_process_left(tmp_
     assert eventually(lambda: still_running(children), lambda left: left == [], timeout=5) == []
 
 
+# A plugin module that widens, in every process of the server, the window in which a thread
+# that reaps a child holds its exit status before recording it, and lets the supervisor's
+# watch thread come second: two threads reaping one worker then race as on a busy machine.
+SLOW_REAPING = """
+import os, threading, time
+
+_waitpid = os.waitpid
+
+
+def waitpid(pid, options):
+    if threading.current_thread().name == "tercet-child-watch":
+        time.sleep(0.3)
+    reaped = _waitpid(pid, options)
+    if reaped[0]:
+        time.sleep(0.6)
+    return reaped
+
+
+os.waitpid = waitpid
+"""
+
+
+def test_a_dead_workers_exit_is_named_even_when_another_thread_could_reap_it_first(tmp_path, tiny_llama_dir):
+    folder = write_plugin_folder(tmp_path / "plugins", {"slow_reaping": "slow_reaping"}, {"slow_reaping": SLOW_REAPING})
+    server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS + WORKERS,
+                           env={"PYTHONPATH": str(folder)}).wait_until_healthy()
+    psutil.Process(worker_ready_pid(server, 2)).send_signal(signal.SIGKILL)
+    try:
+        server.process.wait(timeout=TIMEOUT)
+    finally:
+        server.stop()
+    # Reaped by the group's wait first, it was reported "still running".
+    assert "api worker 2 process died (killed by signal SIGKILL)" in server.log(), server.log()
+
+
 def test_sigterm_drains_every_worker(tmp_path, tiny_llama_dir):
     server = RunningServer(tiny_llama_dir, tmp_path / "server.log", TINY_SETTINGS + WORKERS).wait_until_healthy()
     try:

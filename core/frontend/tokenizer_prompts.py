@@ -1,0 +1,114 @@
+"""The TokenizerManager's prompts: templated, tokenized and measured off the event loop.
+
+A part of :class:`tercet.frontend.tokenizer_manager.TokenizerManager` (mixed into it),
+kept here because it is one concept of its own: turning a prompt or a conversation
+into tokens the model can take, refused when it cannot. It uses the manager's
+tokenizer, context length and ``tokenize_pool``.
+
+Tokenizing and chat templating run in worker threads: a long prompt takes
+seconds to tokenize, and on the event loop those seconds would stall every
+stream and health check. Hugging Face fast tokenizers release the GIL while
+encoding, so threads are enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from tercet.context_length import context_length_problem
+from tercet.errors import RequestError
+from tercet.field_checks import is_integer
+from tercet.frontend.io_struct import GenerateRequest
+
+Result = TypeVar("Result")
+
+
+def new_tokenize_pool() -> ThreadPoolExecutor:
+    """Threads for tokenizing, one per core this process may use."""
+    return ThreadPoolExecutor(max_workers=_num_cpus(), thread_name_prefix="tercet-tokenize")
+
+
+class PromptTokenizing:
+    async def run_off_loop(self, function: Callable[..., Result], *args) -> Result:
+        """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, function, *args)
+
+    async def tokenize_chat(
+        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+    ) -> list[int]:
+        """:meth:`apply_chat_template` off the event loop."""
+        return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens, tools, generation_prefix)
+
+    def apply_chat_template(
+        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+    ) -> list[int]:
+        """The conversation's prompt tokens (``tools`` for a template that renders
+        them, ``generation_prefix`` after the generation prompt). Blocks for as
+        long as tokenizing takes: from the event loop, await :meth:`tokenize_chat` instead."""
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        except Exception as error:  # template errors are the request's fault
+            raise RequestError(f"messages could not be formatted with the chat template: {error}", "messages") from None
+        text += generation_prefix
+        # Rendering is quick string work; measuring the rendered text (not the
+        # messages' contents, which a template may trim or leave out) keeps the
+        # bound sound before the slow part. The template writes the special
+        # tokens itself, as apply_chat_template(tokenize=True) does.
+        self.check_prompt_bytes(text, max_new_tokens, "messages")
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def tokenize(self, request: GenerateRequest) -> list[int]:
+        """The prompt tokens of a single-prompt request, refused if they leave no
+        room for its max_new_tokens. Blocks for as long as tokenizing takes;
+        :meth:`generate` runs it off the event loop."""
+        max_new_tokens = request.sampling_params.max_new_tokens
+        if request.input_ids is not None:
+            input_ids = list(request.input_ids)
+            self.check_length(len(input_ids), max_new_tokens)  # before looking at each of a million ids
+            if not all(is_integer(t) and 0 <= t < self.vocab_size for t in input_ids):
+                raise RequestError(f"input_ids must be integers in [0, {self.vocab_size})", "input_ids")
+        elif isinstance(request.text, str):
+            self.check_prompt_bytes(request.text, max_new_tokens, "prompt")
+            input_ids = self.tokenizer.encode(request.text)
+        else:
+            raise RequestError("a prompt is required: text or input_ids", "prompt")
+        if not input_ids:
+            raise RequestError("the prompt is empty", "prompt")
+        self.check_length(len(input_ids), max_new_tokens)
+        return input_ids
+
+    def check_prompt_bytes(self, text: str, max_new_tokens: int, param: str) -> None:
+        """Refuse text that cannot be tokenized, or that is too long by its size alone."""
+        try:
+            num_bytes = len(text.encode("utf-8"))
+        except UnicodeEncodeError as error:
+            raise RequestError(f"the {param} is not valid Unicode text: {error.reason} at position {error.start}",
+                               param) from None
+        if self.max_bytes_per_token is None:
+            return
+        fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
+        if fewest_tokens + max_new_tokens > self.context_len:
+            # A max_tokens that leaves no room for any prompt is that field's fault, whatever the prompt.
+            blamed = "max_tokens" if max_new_tokens >= self.context_len else param
+            raise RequestError(
+                f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
+                f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
+                blamed,
+            )
+
+    def check_length(self, num_prompt_tokens: int, max_new_tokens: int) -> None:
+        problem = context_length_problem(num_prompt_tokens, max_new_tokens, self.context_len)
+        if problem is not None:
+            raise RequestError(problem, "max_tokens")
+
+
+def _num_cpus() -> int:
+    # The cores this process may run on, not the machine's (a container or taskset may allow fewer).
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
