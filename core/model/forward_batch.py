@@ -26,6 +26,8 @@ class ForwardBatch:
     max_extend_len: int
     max_seq_len: int
     num_tokens: int
+    # The runs of rows that use a LoRA adapter (tercet.lora.lora_linear.AdapterRun); empty: the base model alone.
+    lora_runs: tuple = ()
 
     @property
     def batch_size(self) -> int:
