@@ -53,3 +53,21 @@ def test_a_name_loaded_twice_is_refused_and_the_first_stays(lora_runner, tiny_ad
     with pytest.raises(LoraAdapterError, match="already loaded"):
         lora_runner.lora.load("every", tiny_adapters["mlp"])
     assert lora_runner.lora.adapters["every"] is loaded
+
+
+@pytest.mark.real_model
+def test_the_default_model_in_float32_with_an_adapter_gives_what_peft_gives(default_model_dir, tmp_path):
+    from tercet.testing.lora_adapters import write_peft_adapter
+
+    adapter_dir = write_peft_adapter(default_model_dir, tmp_path / "adapter", rank=8, seed=5)
+    runner = model_runner_for(default_model_dir, dtype="float32", device="cpu", quantization="none",
+                              max_total_tokens=256, page_size=16, max_running_requests=2)
+    runner.attach_lora(TorchLoraBackend(), max_rank=8).load("adapter", str(adapter_dir))
+    driver = PagedGreedyDriver(runner)
+    prompt = [1, 504, 3458, 282, 4649, 314, 1178, 30]
+    with_adapter, base = driver.start(prompt, adapter="adapter"), driver.start(prompt)
+    while len(with_adapter.output_ids) < NUM_NEW:
+        driver.step(None, with_adapter, base)
+    expected = peft_greedy(default_model_dir, adapter_dir, [prompt], NUM_NEW)[0]
+    assert with_adapter.output_ids[:len(expected)] == expected
+    assert with_adapter.output_ids != base.output_ids
