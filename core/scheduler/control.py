@@ -76,7 +76,7 @@ class ControlTarget:
 
     def stats(self) -> SchedulerStats:
         speculation = self.speculation.stats.as_dict() if self.speculation is not None else None
-        return SchedulerStats.of(self.rank, self.queues, self.kv_memory, speculation)
+        return SchedulerStats.of(self.rank, self.queues, self.kv_memory, speculation, self.adapters)
 
 
 def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]:
