@@ -7,6 +7,13 @@ module is a part of a fused projection, at its columns) in
 weights on the model's device, and says, per step, which rows use which
 adapter (:meth:`serving`). It knows nothing of requests: which adapters are
 loaded, and which one goes, is the scheduler's (:mod:`tercet.scheduler.lora_adapters`).
+
+Under tensor parallelism an adapter shards as its base layers do: a
+column-parallel projection's part (q/k/v, gate/up) keeps the rows of its B
+that give this rank's output columns, and all of A; a row-parallel one (o,
+down) keeps the columns of its A that read this rank's input, and all of B,
+so its delta is a partial sum that the all-reduce after the projection
+completes, as the base layer's own output is.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from tercet.lora.adapter_files import LoraAdapterError, PartShape, read_adapter
 from tercet.lora.backend import LoraBackend
 from tercet.lora.lora_linear import AdapterRun, LoraLinear, LoraStep, weights_of_projection
 
+# The projections that read a slice of their input on each tensor-parallel rank (their output is summed).
+ROW_PARALLEL = ("o", "down")
 # Each wrapped projection: where it hangs in a decoder layer, and its parts in the order of its output columns.
 PROJECTIONS = {"qkv": ("self_attn", "qkv_proj", ("q", "k", "v")), "o": ("self_attn", "o_proj", ("o",)),
                "gate_up": ("mlp", "gate_up_proj", ("gate", "up")), "down": ("mlp", "down_proj", ("down",))}
@@ -45,6 +54,7 @@ class LoraModel:
         self.step = LoraStep(backend)
         self.max_rank = max_rank
         self.dtype, self.device = model.dtype, model.device
+        self.shards = model.shards
         self.places = _part_places(model)
         self.targets = {key: place.shape for key, place in self.places.items()}
         self.adapters: dict[str, LoadedAdapter] = {}
@@ -52,8 +62,6 @@ class LoraModel:
 
     def install(self, model) -> None:
         """Wrap ``model``'s projections (again, after its weights were reloaded)."""
-        if getattr(model, "tp", None) is not None and model.tp.enabled:
-            raise ConfigError("LoRA adapters are not served with tensor parallelism (parallel.tp_size > 1) yet")
         for index, layer in enumerate(model.model.layers):
             for projection, (block, attribute, _) in PROJECTIONS.items():
                 parent = getattr(layer, block)
@@ -69,6 +77,7 @@ class LoraModel:
         by_projection: dict[tuple[int, str], list] = {}
         for (layer, part), (lora_a, lora_b) in sorted(tensors.tensors.items(), key=self._column_order):
             place = self.places[(layer, part)]
+            lora_a, lora_b = self._shard(layer, part, place.projection, lora_a, lora_b)
             by_projection.setdefault((layer, place.projection), []).append(
                 (place.column, lora_a.to(self.device), lora_b.to(self.device))
             )
@@ -76,6 +85,14 @@ class LoraModel:
         adapter = LoadedAdapter(name, str(path), tensors.rank, tensors.num_bytes, weights)
         self.adapters[name] = adapter
         return adapter
+
+    def _shard(self, layer: int, part: str, projection: str, lora_a, lora_b):
+        """This rank's share of a part's A and B (both whole without tensor parallelism)."""
+        block, attribute, _ = PROJECTIONS[projection]
+        module = f"model.layers.{layer}.{block}.{attribute}"
+        if part in ROW_PARALLEL:
+            return self.shards.part(module, None, lora_a), lora_b
+        return lora_a, self.shards.part(module, part if projection == "qkv" else None, lora_b)
 
     def _column_order(self, item) -> tuple:
         (layer, part), _ = item
@@ -109,17 +126,21 @@ class LoraModel:
 
 
 def _part_places(model) -> dict[tuple[int, str], PartPlace]:
-    """Where every part of every layer sits in its projection, and its shape."""
+    """Where every part of every layer sits in its projection (on this rank), and its whole shape
+    (what a PEFT adapter of the model holds, before it is sharded)."""
     layers = getattr(getattr(model, "model", None), "layers", None)
     if layers is None or not hasattr(model, "shards"):
         raise ConfigError(f"LoRA adapters need a Llama-family model; {type(model).__name__} is not one")
-    hidden, intermediate = model.shape.hidden_size, model.shards.local_intermediate
+    shape, local_intermediate = model.shape, model.shards.local_intermediate
+    hidden, intermediate = shape.hidden_size, shape.intermediate_size
+    q_whole, kv_whole = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
     places = {}
     for index, layer in enumerate(layers):
         q_size, kv_size = layer.self_attn.q_size, layer.self_attn.kv_size
-        shapes = {"q": (0, hidden, q_size), "k": (q_size, hidden, kv_size), "v": (q_size + kv_size, hidden, kv_size),
-                  "o": (0, q_size, hidden), "gate": (0, hidden, intermediate),
-                  "up": (intermediate, hidden, intermediate), "down": (0, intermediate, hidden)}
+        # (first column on this rank, in, out) of each part.
+        shapes = {"q": (0, hidden, q_whole), "k": (q_size, hidden, kv_whole), "v": (q_size + kv_size, hidden, kv_whole),
+                  "o": (0, q_whole, hidden), "gate": (0, hidden, intermediate),
+                  "up": (local_intermediate, hidden, intermediate), "down": (0, intermediate, hidden)}
         for projection, (_, _, parts) in PROJECTIONS.items():
             for part in parts:
                 column, in_features, out_features = shapes[part]

@@ -72,13 +72,3 @@ def test_the_default_model_in_float32_with_an_adapter_gives_what_peft_gives(defa
     assert with_adapter.output_ids[:len(expected)] == expected
     assert with_adapter.output_ids != base.output_ids
 
-
-def test_lora_under_tensor_parallelism_is_refused_with_its_reason(tiny_llama_dir):
-    from types import SimpleNamespace
-
-    from tercet.errors import ConfigError
-
-    runner = model_runner_for(tiny_llama_dir, dtype="float32", device="cpu", max_total_tokens=64, page_size=4)
-    runner.model.tp = SimpleNamespace(enabled=True)
-    with pytest.raises(ConfigError, match="not served with tensor parallelism"):
-        runner.attach_lora(TorchLoraBackend(), max_rank=8)
