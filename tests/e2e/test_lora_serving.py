@@ -125,3 +125,15 @@ def test_a_server_without_lora_refuses_adapters(tiny_server):
     assert answer.status_code == 404 and "serves none" in answer.text
     refused = httpx.post(tiny_server.base_url + "/load_lora_adapter", json={"lora_name": "a", "lora_path": "/x"})
     assert refused.status_code == 400 and "[lora] enabled" in refused.text
+
+
+def test_a_tensor_parallel_server_serves_adapters_sharded_with_the_same_output(server, start_server, tiny_llama_dir,
+                                                                             tiny_adapters):
+    settings = TINY_SETTINGS + [f"lora.adapters=every={tiny_adapters['every']}", "parallel.tp_size=2"]
+    sharded = start_server(tiny_llama_dir, settings)
+    try:
+        for adapter in ("every", None):
+            expected = generate(server, PROMPTS[1], adapter).json()["output_ids"]
+            assert generate(sharded, PROMPTS[1], adapter).json()["output_ids"] == expected, adapter
+    finally:
+        sharded.stop()
