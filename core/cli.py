@@ -51,6 +51,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--dist-init-addr", metavar="HOST:PORT", help="node 0's address, where the nodes meet (needed with --nnodes)"
     )
     parser.add_argument(
+        "--lora", dest="lora_adapters", action="append", default=[], metavar="NAME=PATH",
+        help="serve the PEFT adapter in directory PATH under NAME (repeatable)",
+    )
+    parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="any config value, e.g. --set scheduler.max_running_requests=8 (repeatable)",
     )
@@ -78,6 +82,8 @@ def config_from_arguments(arguments: argparse.Namespace):
     for (section, key), value in direct.items():
         if value is not None:
             overrides.setdefault(section, {})[key] = value
+    if arguments.lora_adapters:
+        overrides.setdefault("lora", {})["adapters"] = list(arguments.lora_adapters)
     return load_config(arguments.config, overrides=overrides)
 
 

@@ -336,7 +336,7 @@ def _as_declared_type(declared: dataclasses.Field, value: Any, name: str) -> Any
     if declared.metadata.get("byte_size"):
         value = _byte_size_text(value, name)
     if kind is tuple:
-        return _string_list(value, name, declared.metadata.get("items"))
+        return _list_value(declared, value, name)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigError(f"{name} must be {TYPE_NAMES[kind]}, got {value!r}")
     return value
@@ -353,6 +353,31 @@ def _string_list(value: Any, name: str, items: tuple[str, str] | None) -> tuple[
             if not re.fullmatch(pattern, item):
                 raise ConfigError(f"{name}: {item!r} is not {meaning}")
     return value
+
+
+def _list_value(declared: dataclasses.Field, value: Any, name: str) -> tuple[str, ...]:
+    """A list key's value; a ``table`` key also takes a TOML table, and names each item once."""
+    if not declared.metadata.get("table"):
+        return _string_list(value, name, declared.metadata.get("items"))
+    if isinstance(value, dict):
+        value = _table_as_items(value, name)
+    return _unique_names(_string_list(value, name, declared.metadata.get("items")), name)
+
+
+def _table_as_items(table: dict, name: str) -> list[str]:
+    """A TOML table ``{ NAME = "PATH" }`` as the ``NAME=PATH`` items the key holds."""
+    if not all(isinstance(value, str) for value in table.values()):
+        raise ConfigError(f"{name} must map names to path strings, got {table!r}")
+    return [f"{key}={value}" for key, value in table.items()]
+
+
+def _unique_names(items: tuple[str, ...], name: str) -> tuple[str, ...]:
+    """A ``NAME=VALUE`` list names each once: a name given twice is an error, never one silently winning."""
+    names = [item.split("=", 1)[0] for item in items]
+    twice = sorted({item for item in names if names.count(item) > 1})
+    if twice:
+        raise ConfigError(f"{name}: {', '.join(twice)} given more than once")
+    return items
 
 
 def _byte_size_text(value: Any, name: str) -> Any:

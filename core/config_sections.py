@@ -239,6 +239,35 @@ class SpeculativeConfig:
     draft_max_total_tokens: int = _at_least(4096, 16)
 
 
+# What lora.adapters holds, item by item ("NAME=PATH"; a TOML table { NAME = "PATH" } is read as these).
+ADAPTER_PATTERN = r"[A-Za-z0-9._:-]+=.+"
+ADAPTER_MEANING = 'an adapter as NAME=PATH (a name of letters, digits and ._:-, then its directory)'
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    # PEFT adapters loaded at start-up, each served under its name (requests pick one by name).
+    adapters: tuple[str, ...] = field(default=(), metadata={"items": (ADAPTER_PATTERN, ADAPTER_MEANING),
+                                                            "table": True})
+    # Serve adapters even with none at start-up (they come by POST /load_lora_adapter).
+    enabled: bool = False
+    # Adapters whose weights are held at once; past it the least recently used one not in use is dropped.
+    max_loaded: int = field(default=8, metadata={"min": 1, "max": 1024})
+    # The largest rank an adapter may have: it bounds what one adapter costs.
+    max_rank: int = field(default=64, metadata={"min": 1, "max": 1024})
+    # The LoRA backend (a registered name: torch, ...) that adds each segment's delta.
+    backend: str = "torch"
+
+    @property
+    def is_on(self) -> bool:
+        return self.enabled or bool(self.adapters)
+
+    @property
+    def adapter_paths(self) -> dict[str, str]:
+        """The start-up adapters by name (the config check refuses a name given twice)."""
+        return dict(item.split("=", 1) for item in self.adapters)
+
+
 @dataclass(frozen=True)
 class TercetConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -252,6 +281,7 @@ class TercetConfig:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     reasoning: ReasoningConfig = field(default_factory=ReasoningConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

@@ -1,4 +1,5 @@
-"""The control plane as HTTP routes, SGLang's: flush the cache, server info, abort, pause, resume, new weights.
+"""The control plane as HTTP routes, SGLang's: flush the cache, server info, abort, pause, resume, new weights,
+LoRA adapters loaded and unloaded.
 
 Each is a fan-out to every data-parallel rank (``tercet.http.control_api``, named by
 reference so that nothing of it is imported until the API server builds its app).
@@ -16,9 +17,15 @@ ROUTES = (
     ("/continue_generation", "continue_generation", "POST", "CONTINUE_GENERATION"),
     ("/update_weights_from_disk", "update_weights_from_disk", "POST", "UPDATE_WEIGHTS_FROM_DISK"),
 )
+LORA_HANDLERS = "tercet.http.lora_api"
+LORA_ROUTES = (
+    ("/load_lora_adapter", "load_lora_adapter", "POST", "LOAD_LORA_ADAPTER"),
+    ("/unload_lora_adapter", "unload_lora_adapter", "POST", "UNLOAD_LORA_ADAPTER"),
+)
 
 
 @hookimpl
 def register_http_routes(register):
-    for path, handler, method, path_item in ROUTES:
-        register(path, f"{HANDLERS}:{handler}", [method], openapi=f"{PATHS}:{path_item}")
+    for handlers, routes in ((HANDLERS, ROUTES), (LORA_HANDLERS, LORA_ROUTES)):
+        for path, handler, method, path_item in routes:
+            register(path, f"{handlers}:{handler}", [method], openapi=f"{PATHS}:{path_item}")

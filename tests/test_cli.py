@@ -83,3 +83,8 @@ def test_the_dtype_flag_offers_exactly_the_dtypes_the_config_accepts():
     (flag,) = [action for action in parser._actions if action.dest == "dtype"]
     (dtype_field,) = [field for field in fields(ModelConfig) if field.name == "dtype"]
     assert tuple(flag.choices) == dtype_field.metadata["choices"]
+
+
+def test_the_lora_flag_serves_an_adapter_under_its_name(capsys):
+    assert main(["config", "show", "--lora", "sql=/adapters/sql", "--lora", "chat=/adapters/chat"]) == 0
+    assert 'adapters = ["sql=/adapters/sql", "chat=/adapters/chat"]' in capsys.readouterr().out

@@ -229,3 +229,26 @@ def test_an_allowed_origins_value_that_is_not_a_list_of_strings_is_an_error(tmp_
     toml.write_text('[server]\nallowed_origins = "https://app.example.com"\n')
     with pytest.raises(ConfigError, match="server.allowed_origins must be a list of non-empty strings"):
         load_config(str(toml), environ={})
+
+
+def test_lora_adapters_are_a_table_of_names_and_paths_in_toml(tmp_path):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text('[lora]\nadapters = { sql = "/adapters/sql", chat = "/adapters/chat" }\nmax_loaded = 2\n')
+    lora = load_config(str(toml), environ={}).lora
+    assert lora.adapter_paths == {"sql": "/adapters/sql", "chat": "/adapters/chat"}
+    assert lora.is_on and lora.max_loaded == 2
+    shown = tmp_path / "shown.toml"
+    shown.write_text(config_as_toml(load_config(str(toml), environ={})))
+    assert load_config(str(shown), environ={}).lora == lora
+
+
+@pytest.mark.parametrize("adapters, named", [
+    ('["sql=/a", "sql=/b"]', "sql given more than once"),
+    ('["no-path"]', "'no-path' is not an adapter as NAME=PATH"),
+    ("{ sql = 3 }", "must map names to path strings"),
+])
+def test_a_bad_lora_adapters_value_is_named(tmp_path, adapters, named):
+    toml = tmp_path / "tercet.toml"
+    toml.write_text(f"[lora]\nadapters = {adapters}\n")
+    with pytest.raises(ConfigError, match=named):
+        load_config(str(toml), environ={})

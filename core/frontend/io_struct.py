@@ -40,6 +40,8 @@ class GenerateRequest:
     prompts: list[str] | list[list[int]] | None = None
     # The body field a batch's prompts came from: an error about one names it ("prompt[3]").
     prompt_field: str = "prompt"
+    # The LoRA adapter to run with, by name (None: the base model); the scheduler refuses an unknown one.
+    lora_name: str | None = None
 
     @property
     def is_batch(self) -> bool:

@@ -78,7 +78,8 @@ def prompt_messages(
 ) -> list[TokenizedGenerateReq]:
     """The scheduler's message for each prompt."""
     return [
-        TokenizedGenerateReq(rid, ids, _with_seed(request), request.stream, request.priority, request.tenant)
+        TokenizedGenerateReq(rid, ids, _with_seed(request), request.stream, request.priority, request.tenant,
+                             request.lora_name)
         for rid, ids in zip(rids, input_ids)
     ]
 

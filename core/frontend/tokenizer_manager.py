@@ -124,6 +124,11 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         return self.unhealthy_reason is None
 
     @property
+    def serves_lora(self) -> bool:
+        """Whether requests may name LoRA adapters (the schedulers know which are loaded)."""
+        return self.context.config.lora.is_on
+
+    @property
     def num_requests_in_flight(self) -> int:
         """Completions whose caller has not consumed their last output yet."""
         return len(self.rid_to_state)

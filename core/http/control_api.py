@@ -2,7 +2,8 @@
 
 ``POST /flush_cache``, ``GET /get_server_info``, ``POST /abort_request``,
 ``POST /pause_generation``, ``POST /continue_generation``,
-``POST /update_weights_from_disk``.
+``POST /update_weights_from_disk``, ``POST /load_lora_adapter`` and
+``POST /unload_lora_adapter`` (those two in :mod:`tercet.http.lora_api`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ async def get_server_info(request: Request, tokenizer_manager) -> Response:
         "requests_in_flight_per_rank": tokenizer_manager.num_requests_per_rank(),
         "api_workers": tokenizer_manager.api_workers(),
         "contained_failures": tokenizer_manager.contained_failures(),
+        # Every rank serves the same adapters (loads and unloads reach them all); each rank's
+        # entry also lists its own, with the requests it received for each.
+        "lora_adapters": [entry["name"] for entry in replies[0].data.get("lora_adapters", [])] if replies else [],
         "ranks": [reply.data for reply in replies],
     })
 

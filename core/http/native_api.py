@@ -12,6 +12,8 @@ index order; a stream interleaves the completions' objects, as SGLang does.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -31,6 +33,7 @@ from tercet.http.generation import (
 from tercet.http.logprobs_format import TokenStrings, native_token_logprobs, native_top_logprobs, token_strings_for
 from tercet.http.native_request import NativeRequest, parse_generate_request
 from tercet.http.openai_params import renamed
+from tercet.http.lora_api import adapter_of_native
 from tercet.http.scheduling_fields import with_scheduling_fields
 from tercet.http.sse import EventStreamResponse, event_stream
 from tercet.ipc.messages import TokenLogprobs
@@ -44,6 +47,7 @@ async def generate(request: Request, tokenizer_manager) -> Response:
     native_request = parse_generate_request(body, tokenizer_manager.vocab_size)
     strings = token_strings_for(tokenizer_manager.tokenizer) if native_request.return_text_in_logprobs else None
     generate_request = with_scheduling_fields(native_request.generate_request, body, request)
+    generate_request = dataclasses.replace(generate_request, lora_name=adapter_of_native(body))
     try:
         stream = await open_generation(request, tokenizer_manager, generate_request)
     except RequestError as error:  # a refusal names a sampling parameter

@@ -13,6 +13,7 @@ from tercet.errors import RequestError
 from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.errors import APIError, read_json_object
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
+from tercet.http.lora_api import adapter_of_model, loaded_adapters
 from tercet.http.logprobs_format import TokenStrings, token_strings_for
 from tercet.http.openai_params import renamed
 from tercet.http.openai_request import OpenAIRequest, parse_chat_completion_request, parse_completion_request
@@ -30,33 +31,41 @@ ChunkBuilder = Callable[[OpenAIRequest, GenerationStream, "TokenStrings | None"]
 
 async def create_completion(request: Request, tokenizer_manager) -> Response:
     body = await read_json_object(request)
-    openai_request = parse_completion_request(body, tokenizer_manager.served_model_name, tokenizer_manager.vocab_size)
-    openai_request = _with_scheduling_fields(openai_request, body, request)
+    model, adapter = adapter_of_model(body, tokenizer_manager)
+    openai_request = parse_completion_request(body, model, tokenizer_manager.vocab_size)
+    openai_request = _with_scheduling_fields(openai_request, body, request, adapter)
     return await _respond(request, tokenizer_manager, openai_request, completion_response, completion_chunks)
 
 
 async def create_chat_completion(request: Request, tokenizer_manager) -> Response:
-    openai_request = await read_chat_request(await read_json_object(request), request, tokenizer_manager)
+    body = await read_json_object(request)
+    model, adapter = adapter_of_model(body, tokenizer_manager)
+    openai_request = await read_chat_request(body, request, tokenizer_manager, model, adapter)
     return await _respond(request, tokenizer_manager, openai_request, chat_completion_response, chat_completion_chunks)
 
 
-async def read_chat_request(body: dict, request: Request, tokenizer_manager) -> OpenAIRequest:
+async def read_chat_request(body: dict, request: Request, tokenizer_manager, model: str | None = None,
+                            adapter: str | None = None) -> OpenAIRequest:
     """A chat completions ``body`` read, checked and templated with this server's model, tokenizer,
-    tools and reasoning parser, with the scheduling fields (also for the protocols bridged to it)."""
+    tools and reasoning parser, with the scheduling fields (also for the protocols bridged to it).
+    ``model`` and ``adapter``: what the body's ``model`` names; without them, the served model and
+    no adapter (the bridged protocols serve the base model)."""
     openai_request = await parse_chat_completion_request(
         body,
-        tokenizer_manager.served_model_name,
+        model or tokenizer_manager.served_model_name,
         tokenizer_manager.context_len,
         tokenizer_manager.tokenize_chat,
         tokenizer_manager.vocab_size,
         tokenizer_manager.chat_tools,
         tokenizer_manager.reasoning,
     )
-    return _with_scheduling_fields(openai_request, body, request)
+    return _with_scheduling_fields(openai_request, body, request, adapter)
 
 
 async def list_models(request: Request, tokenizer_manager) -> Response:
-    return JSONResponse({"object": "list", "data": [_model_object(tokenizer_manager.served_model_name)]})
+    served = tokenizer_manager.served_model_name
+    adapters = [_adapter_object(adapter, served) for adapter in await loaded_adapters(tokenizer_manager)]
+    return JSONResponse({"object": "list", "data": [_model_object(served), *adapters]})
 
 
 async def retrieve_model(request: Request, tokenizer_manager) -> Response:
@@ -64,6 +73,9 @@ async def retrieve_model(request: Request, tokenizer_manager) -> Response:
     # so "org/model", sent as is or as "org%2Fmodel", arrives whole.
     model = request.path_params["model"]
     served = tokenizer_manager.served_model_name
+    adapter = next((entry for entry in await loaded_adapters(tokenizer_manager) if entry["name"] == model), None)
+    if adapter is not None:
+        return JSONResponse(_adapter_object(adapter, served))
     if model != served:
         # Worded as a completion's unknown "model" is, in the same OpenAI shape.
         message = f"The model `{model}` does not exist; this server serves `{served}`."
@@ -73,6 +85,11 @@ async def retrieve_model(request: Request, tokenizer_manager) -> Response:
 
 def _model_object(model: str) -> dict:
     return {"id": model, "object": "model", "created": STARTED_AT, "owned_by": "tercet"}
+
+
+def _adapter_object(adapter: dict, served: str) -> dict:
+    """A LoRA adapter as a model: its ``parent`` is the base it adapts (vLLM's and SGLang's shape)."""
+    return {**_model_object(adapter["name"]), "root": adapter["path"], "parent": served}
 
 
 async def _respond(
@@ -96,8 +113,10 @@ async def _respond(
     return JSONResponse(build_response(openai_request, outputs, strings))
 
 
-def _with_scheduling_fields(openai_request: OpenAIRequest, body: dict, request: Request) -> OpenAIRequest:
+def _with_scheduling_fields(openai_request: OpenAIRequest, body: dict, request: Request,
+                            adapter: str | None = None) -> OpenAIRequest:
     generate_request = with_scheduling_fields(openai_request.generate_request, body, request)
+    generate_request = dataclasses.replace(generate_request, lora_name=adapter)
     return dataclasses.replace(openai_request, generate_request=generate_request)
 
 

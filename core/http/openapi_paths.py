@@ -61,5 +61,16 @@ ABORT_REQUEST = {"post": operation("abortRequest", "Abort one request or all", r
                                    request_body(_ABORT))}
 PAUSE_GENERATION = {"post": operation("pauseGeneration", "Pause the schedulers", responses(_DONE, "401"))}
 CONTINUE_GENERATION = {"post": operation("continueGeneration", "Resume the schedulers", responses(_DONE, "401"))}
+_LOAD_LORA = object_schema(
+    {"lora_name": {"type": "string", "minLength": 1, "description": "the name requests pick it by"},
+     "lora_path": {"type": "string", "minLength": 1, "description": "a PEFT adapter directory on the server"}},
+    required=("lora_name", "lora_path"),
+)
+_UNLOAD_LORA = object_schema({"lora_name": {"type": "string", "minLength": 1}}, required=("lora_name",))
+LOAD_LORA_ADAPTER = {"post": operation("loadLoraAdapter", "Load a LoRA adapter on every rank",
+                                       responses(_DONE, "400", "401", "413", "503"), request_body(_LOAD_LORA))}
+UNLOAD_LORA_ADAPTER = {"post": operation("unloadLoraAdapter", "Unload a LoRA adapter no request uses",
+                                         responses(_DONE, "400", "401", "404", "409", "413"),
+                                         request_body(_UNLOAD_LORA))}
 UPDATE_WEIGHTS_FROM_DISK = {"post": operation("updateWeightsFromDisk", "Load new weights",
                                               responses(_DONE, "400", "401", "413"), request_body(_UPDATE))}

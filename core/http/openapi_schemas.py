@@ -214,6 +214,8 @@ def generate_request(
         "return_prompt_logprob": nullable({"type": "boolean"}),
         "logprob_start_len": nullable(ranged(LOGPROB_START_LEN)),
         "return_text_in_logprobs": nullable({"type": "boolean"}),
+        "lora_name": nullable({"type": "string", "minLength": 1, "description": "a loaded LoRA adapter (404 if none)"}),
+        "lora_path": nullable({"type": "string", "minLength": 1, "description": "SGLang's name for lora_name"}),
         **_scheduling_fields(),
     }
     # Exactly one of them not null: each branch holds one, non-nullable.

@@ -71,6 +71,26 @@ class UpdateWeightsFromDiskReq(ControlRequest):
     model_path: str = ""
 
 
+@dataclass(frozen=True)
+class LoadLoraAdapterReq(ControlRequest):
+    """Load the PEFT adapter in directory ``lora_path`` under ``lora_name``; a bad one loads nowhere."""
+
+    lora_name: str = ""
+    lora_path: str = ""
+
+
+@dataclass(frozen=True)
+class UnloadLoraAdapterReq(ControlRequest):
+    """Unload an adapter; refused (409) while requests use it."""
+
+    lora_name: str = ""
+
+
+@dataclass(frozen=True)
+class ListLoraAdaptersReq(ControlRequest):
+    """The rank's LoRA adapters: name, directory, rank, bytes held, requests received."""
+
+
 CONTROL_MESSAGE_TYPES = {
     "tercet.control_reply": ControlReply,
     "tercet.flush_cache_req": FlushCacheReq,
@@ -80,4 +100,7 @@ CONTROL_MESSAGE_TYPES = {
     "tercet.abort_all_req": AbortAllReq,
     "tercet.abort_requests_req": AbortRequestsReq,
     "tercet.update_weights_from_disk_req": UpdateWeightsFromDiskReq,
+    "tercet.load_lora_adapter_req": LoadLoraAdapterReq,
+    "tercet.unload_lora_adapter_req": UnloadLoraAdapterReq,
+    "tercet.list_lora_adapters_req": ListLoraAdaptersReq,
 }

@@ -124,6 +124,8 @@ class TokenizedGenerateReq:
     stream: bool = False
     priority: int = 0
     tenant: str | None = None
+    # The LoRA adapter the request runs with, by name (None: the base model).
+    lora_name: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ and never waits for a rank that is in the middle of a long step
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class RankMetricsReport:
     speculative_verifications: int = 0
     speculative_draft_tokens: int = 0
     speculative_accepted_tokens: int = 0
+    # LoRA adapters: generate requests received per adapter, and adapters whose weights are held.
+    lora_requests: dict[str, int] = field(default_factory=dict)
+    lora_adapters_loaded: int = 0
 
     @property
     def histograms(self) -> tuple[HistogramCounts, ...]:

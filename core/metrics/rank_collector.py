@@ -32,6 +32,7 @@ RANK_GAUGES = [
      lambda r: _ratio(r.kv_evictable_tokens, r.kv_total_tokens)),
     ("prefix_cache_hit_rate", "Prompt tokens from the prefix cache, 0 to 1",
      lambda r: _ratio(r.prompt_tokens_from_cache, r.prompt_tokens_admitted)),
+    ("lora_adapters_loaded", "LoRA adapters whose weights the rank holds", lambda r: r.lora_adapters_loaded),
 ]
 RANK_COUNTERS = [
     ("prefix_cache_queries", "Prompt tokens admitted", lambda r: r.prompt_tokens_admitted),
@@ -98,6 +99,15 @@ class RankCollector:
         yield age
         yield self._cache_config(latest)
         yield from self._speculation(latest)
+        yield self._lora_requests(latest)
+
+    def _lora_requests(self, latest) -> CounterMetricFamily:
+        family = CounterMetricFamily(PREFIX + "lora_requests", "Generate requests the rank received, by LoRA adapter",
+                                     labels=[*LABELS, "lora_name"])
+        for rank, report, _ in latest:
+            for name, count in sorted(report.lora_requests.items()):
+                family.add_metric([self.model_name, rank, name], count)
+        return family
 
     def _family(self, family_type, name: str, help_text: str, latest, value_of):
         family = family_type(PREFIX + name, help_text, labels=LABELS)

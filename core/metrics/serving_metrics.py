@@ -13,6 +13,8 @@ rank is meant):
 - each rank's figures (:mod:`tercet.metrics.rank_collector`): requests running and waiting,
   KV usage, the prefix cache, preemptions, queue, prefill and decode times, the cache's
   configuration;
+- with LoRA on, each rank's ``tercet:lora_adapters_loaded`` and
+  ``tercet:lora_requests_total{lora_name}`` (generate requests received per adapter);
 - ``tercet:api_worker_requests_total{api_worker}``: completions and embedding inputs each
   API worker sent to the ranks;
 - the API process's own ``process_*`` (CPU, memory, open files), ``python_info`` and

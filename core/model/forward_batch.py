@@ -32,6 +32,8 @@ class ForwardBatch:
     # graph's static batch, whose lengths change at every replay.
     host_extend_lens: tuple[int, ...] | None
     host_seq_lens: tuple[int, ...] | None
+    # The runs of rows that use a LoRA adapter (tercet.lora.lora_linear.AdapterRun); empty: the base model alone.
+    lora_runs: tuple = ()
 
     @property
     def batch_size(self) -> int:

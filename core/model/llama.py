@@ -264,7 +264,8 @@ class LlamaForCausalLM(nn.Module):
         # The fused path rotates from the tables by position itself.
         cos, signed_sin = (None, None) if self.fused_ops is not None else self.rotary.cos_sin(batch.positions)
         hidden = self.embed(batch.input_ids)
-        if self.native_layers is not None:
+        # Adapters' deltas are added between the layers' parts: a step with any runs layer by layer.
+        if self.native_layers is not None and not batch.lora_runs:
             return self.native_layers.run(hidden.contiguous(), batch.positions)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)

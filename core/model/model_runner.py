@@ -7,6 +7,7 @@ scheduler owns which requests run and which pages each holds.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -22,6 +23,7 @@ from tercet.errors import ConfigError
 from tercet.formats.checkpoint import Checkpoint, open_checkpoint
 from tercet.formats.pooling_spec import Pooling, resolve_pooling
 from tercet.formats.weight_formats import BLOCK_FORMATS
+from tercet.lora.lora_model import LoraModel
 from tercet.model.architecture import ModelArchitecture, choose_architecture
 from tercet.model.attention import AttentionLayout
 from tercet.model.components import ModelComponents
@@ -100,6 +102,13 @@ class ModelRunner:
         self.eos_token_ids = self.checkpoint.eos_token_ids()
         # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
         self.pooling = self._pooling_of(model.pooling)
+        # The model's LoRA side, once attach_lora made it (None: it serves its own weights alone).
+        self.lora: LoraModel | None = None
+
+    def attach_lora(self, backend, max_rank: int) -> LoraModel:
+        """Make the model serve LoRA adapters through ``backend`` (a :class:`tercet.lora.backend.LoraBackend`)."""
+        self.lora = LoraModel(self.model, backend, max_rank)
+        return self.lora
 
     def _attention_backend_ahead(self, create_backend, layout: AttentionLayout):
         """The attention backend for ``layout``, after loading the C steps the layers will call."""
@@ -178,21 +187,30 @@ class ModelRunner:
             raise ConfigError(f"{model_path} has a different architecture than the model being served")
         model, report = self.load_model(checkpoint)
         model.attach(self.attention_backend, self.kv_cache)
+        if self.lora is not None:
+            self.lora.install(model)
         self.model, self.load_report = model, report
         self.decode_graphs = self._decode_graphs()  # the old graphs replay the old weights
         self.checkpoint, self.model_path, self.config = checkpoint, checkpoint.path, checkpoint.config
 
     def build_batch(
-        self, req_pool_indices: list[int], prefix_lens: list[int], new_token_ids: list[list[int]]
+        self, req_pool_indices: list[int], prefix_lens: list[int], new_token_ids: list[list[int]],
+        adapters: list[str | None] | None = None,
     ) -> ForwardBatch:
-        return ForwardBatch.build(
+        """The step's batch; ``adapters`` names each sequence's LoRA adapter (None: the base model)."""
+        batch = ForwardBatch.build(
             req_pool_indices, prefix_lens, new_token_ids, self.req_to_token_pool.table, self.device
         )
+        if self.lora is None or not adapters or not any(adapters):
+            return batch
+        runs = self.lora.runs_of(adapters, [len(token_ids) for token_ids in new_token_ids])
+        return dataclasses.replace(batch, lora_runs=runs)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[B, vocab]`` (float32) of each sequence's last new token."""
         with torch.inference_mode():
-            if self.decode_graphs is not None:
+            # The graphs were captured without adapters: a step with any runs eagerly.
+            if self.decode_graphs is not None and not batch.lora_runs:
                 logits = self.decode_graphs.replay(batch)
                 if logits is not None:
                     return logits
@@ -200,7 +218,12 @@ class ModelRunner:
 
     def eager_forward(self, batch: ForwardBatch) -> torch.Tensor:
         self.attention_backend.prepare(batch, self.req_to_token_pool.table)
-        return self.model(batch)
+        with self._adapters_of(batch):
+            return self.model(batch)
+
+    def _adapters_of(self, batch: ForwardBatch):
+        """While the model runs ``batch``: its adapters' deltas added where its runs say."""
+        return self.lora.serving(batch.lora_runs) if batch.lora_runs else contextlib.nullcontext()
 
     def _decode_graphs(self) -> DecodeGraphs | None:
         """The decode graphs ``model.cuda_graph_max_batch`` asks for, captured on CUDA (uncaptured
@@ -236,7 +259,8 @@ class ModelRunner:
         token of the sequences at ``sequence_indices`` (positions in the batch)."""
         with torch.inference_mode():
             self.attention_backend.prepare(batch, self.req_to_token_pool.table)
-            return self.model.forward_with_prompt_logits(batch, sequence_indices)
+            with self._adapters_of(batch):
+                return self.model.forward_with_prompt_logits(batch, sequence_indices)
 
 
 def _max_context_of(config) -> int:

@@ -41,6 +41,7 @@ from tercet.ipc.messages import (
     TokenLogprobs,
     UnknownMessageError,
 )
+from tercet.lora.backend import LoraBackend, LoraPart, LoraSegment, LoraWeights
 from tercet.model.architecture import EncoderArchitecture, ModelArchitecture
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.attention_factory import AttentionBackendFactory
@@ -100,6 +101,10 @@ __all__ = [
     "GrammarTokenizer",
     "LinearMethod",
     "LinearTarget",
+    "LoraBackend",
+    "LoraPart",
+    "LoraSegment",
+    "LoraWeights",
     "MAX_ROLLBACK",
     "MessageOverLimitsError",
     "MessageRegistry",

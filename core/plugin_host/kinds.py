@@ -235,6 +235,25 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_lora_backends",
+        kind="LoRA backend",
+        registry="lora_backends",
+        config_key=("lora", "backend"),
+        slug="lora-backend",
+        doc="""Register LoRA backends, chosen by ``[lora] backend`` (``torch``, the default).
+
+    ``register(name, factory)`` where ``factory()`` returns a
+    :class:`tercet.lora.backend.LoraBackend`: ``add_deltas(output, x, segments)``
+    adds, in place, the LoRA delta of each segment of a step's rows that share
+    one adapter (a :class:`tercet.lora.backend.LoraSegment`: its rows and the
+    adapter's :class:`tercet.lora.backend.LoraWeights` for the projection) to a
+    projection's output, which the base layer computed with its own linear
+    method. Called in the scheduler process, once per adapted projection per
+    step that carries an adapter; steps of the base model alone never call it.
+    A failure ends the step as any failure of the forward does.
+    """,
+    ),
+    ComponentKind(
         hook="register_model_architectures",
         kind="model architecture",
         registry="model_architectures",

@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
-from tercet.errors import TercetError
+from tercet.errors import RequestError, TercetError
 from tercet.ipc.control_messages import (
     AbortAllReq,
     AbortRequestsReq,
@@ -24,7 +24,10 @@ from tercet.ipc.control_messages import (
     ControlRequest,
     FlushCacheReq,
     GetInternalStateReq,
+    ListLoraAdaptersReq,
+    LoadLoraAdapterReq,
     PauseGenerationReq,
+    UnloadLoraAdapterReq,
     UpdateWeightsFromDiskReq,
 )
 from tercet.ipc.messages import FinishKind, FinishReason
@@ -58,6 +61,14 @@ class ControlTarget:
     failures: ContainedFailures
     # Speculative decoding (a tercet.scheduler.speculation.Speculation), None when off: its figures.
     speculation: object | None = None
+    # The LoRA adapters (a tercet.scheduler.lora_adapters.SchedulerAdapters), None when LoRA is off.
+    adapters: object | None = None
+
+    def lora_adapters(self):
+        if self.adapters is None:
+            raise ControlRefused("this server serves no LoRA adapters: start it with [lora] enabled = true "
+                                 "or [lora] adapters")
+        return self.adapters
 
     @property
     def prefix_cache(self):
@@ -65,7 +76,7 @@ class ControlTarget:
 
     def stats(self) -> SchedulerStats:
         speculation = self.speculation.stats.as_dict() if self.speculation is not None else None
-        return SchedulerStats.of(self.rank, self.queues, self.kv_memory, speculation)
+        return SchedulerStats.of(self.rank, self.queues, self.kv_memory, speculation, self.adapters)
 
 
 def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]:
@@ -77,6 +88,9 @@ def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]
         (AbortAllReq, lambda message: abort_all(target)),
         (AbortRequestsReq, lambda message: abort_requests(target, message.rids)),
         (UpdateWeightsFromDiskReq, lambda message: update_weights(target, message.model_path)),
+        (LoadLoraAdapterReq, lambda message: target.lora_adapters().load(message.lora_name, message.lora_path)),
+        (UnloadLoraAdapterReq, lambda message: target.lora_adapters().unload(message.lora_name)),
+        (ListLoraAdaptersReq, lambda message: {"adapters": list_adapters(target)}),
     ]
 
 
@@ -86,7 +100,9 @@ def answer(target: ControlTarget, message: ControlRequest, handler) -> ControlRe
     except Exception as error:  # the reply carries the failure; the rank keeps serving
         if not isinstance(error, TercetError):  # a refusal (busy, bad path) is an answer, not a failure
             target.failures.record("control_handler", f"control request {type(message).__name__} failed")
-        return ControlReply(message.request_id, target.rank, False, str(error) or type(error).__name__)
+        # A request's refusal keeps its status (a 404 for an unknown adapter, a 409 for one in use).
+        data = {"status_code": error.status_code} if isinstance(error, RequestError) else {}
+        return ControlReply(message.request_id, target.rank, False, str(error) or type(error).__name__, data)
     return ControlReply(message.request_id, target.rank, True, None, dict(data or {}))
 
 
@@ -108,7 +124,13 @@ def internal_state(target: ControlTarget) -> dict:
         "kv_usage": stats.kv_usage,
         "contained_failures": target.failures.as_dict(),
         "weights": target.model_runner.weights_info,
+        "lora_adapters": list_adapters(target),
     }
+
+
+def list_adapters(target: ControlTarget) -> list[dict]:
+    """The rank's LoRA adapters (none when LoRA is off)."""
+    return [] if target.adapters is None else target.adapters.as_list()
 
 
 def set_paused(target: ControlTarget, paused: bool) -> dict:

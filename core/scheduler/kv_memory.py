@@ -39,7 +39,7 @@ class RequestKVMemory:
     def cached_prefix_tokens(self, req: Req) -> int:
         if self.prefix_cache is None or req.sampling_params.return_prompt_logprob:
             return 0
-        return self.prefix_cache.match_prefix(self._matchable(req)).num_tokens
+        return self.prefix_cache.match_prefix(self._matchable(req), req.lora_name).num_tokens
 
     def _matchable(self, req: Req) -> list[int]:
         # At least one token must be fed, to get logits for the next one.
@@ -50,7 +50,7 @@ class RequestKVMemory:
         req.req_pool_index = self.req_to_token_pool.alloc()
         req.pages, req.tree_pages, req.num_cached_tokens = [], set(), 0
         if self.prefix_cache is not None and use_prefix_cache and not req.sampling_params.return_prompt_logprob:
-            match = self.prefix_cache.match_and_lock(self._matchable(req))
+            match = self.prefix_cache.match_and_lock(self._matchable(req), req.lora_name)
             req.prefix_node = match.node
             req.pages, req.tree_pages = list(match.pages), set(match.pages)
             req.num_cached_tokens = match.num_tokens
@@ -109,7 +109,7 @@ class RequestKVMemory:
         if num_pages == 0:
             return
         node, adopted = self.prefix_cache.insert(
-            req.all_token_ids[: num_pages * self.page_size], req.pages[:num_pages]
+            req.all_token_ids[: num_pages * self.page_size], req.pages[:num_pages], req.lora_name
         )
         req.tree_pages |= adopted
         self.prefix_cache.lock(node)

@@ -79,7 +79,8 @@ class ModelStep:
         budget = self.chunked_prefill_size
         fed: list[Req] = []
         feeds: list[list[int]] = []
-        for req in sorted(self.queues.running, key=lambda req: req.is_prefilling):
+        # Requests of one adapter side by side: each adapter is one segment of rows for the LoRA backend.
+        for req in sorted(self.queues.running, key=lambda req: (req.is_prefilling, req.lora_name or "")):
             if req.is_waiting_for_leader:
                 continue
             feed = req.tokens_to_feed()
@@ -101,6 +102,7 @@ class ModelStep:
                 req_pool_indices=[req.req_pool_index for req in fed],
                 prefix_lens=[req.num_cached_tokens for req in fed],
                 new_token_ids=feeds,
+                adapters=[req.lora_name for req in fed],
             )
             logits, draft_logits = self.forward(forward_batch, fed, list(drafted))
         with self.timer.stage("sample"):

@@ -5,6 +5,12 @@ pages and its KV pages can be put straight into another request's row of the
 req-to-token table. A node in use by a running request is locked (its lock
 count covers the path from it to the root); unlocked leaves are evicted
 least-recently-used first when the page pool runs short.
+
+Each LoRA adapter has a tree of its own (a root per namespace: ``None`` for
+the base model, the adapter's name for its requests): the KV of a prompt
+depends on the adapter, so a prefix cached under one is never found under
+another. Eviction sees every tree at once, oldest leaf first, and an
+unloaded adapter's tree is dropped whole (:meth:`drop_namespace`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class RadixCache:
         self.page_allocator = page_allocator
         self.page_size = page_size
         self.root = RadixNode(None, (), [], lock_count=1)
+        self.roots: dict[str | None, RadixNode] = {None: self.root}
         # Pages held by nodes no running request uses: free memory on demand.
         self.num_evictable_pages = 0
         self.num_cached_pages = 0
@@ -50,9 +57,15 @@ class RadixCache:
 
     # -- lookup ---------------------------------------------------------------
 
-    def match_prefix(self, token_ids: list[int]) -> PrefixMatch:
-        """The longest cached whole-page prefix of ``token_ids`` (no structural change)."""
-        node, matched, pages = self.root, 0, []
+    def _root_of(self, namespace: str | None) -> RadixNode:
+        root = self.roots.get(namespace)
+        if root is None:
+            root = self.roots[namespace] = RadixNode(None, (), [], lock_count=1)
+        return root
+
+    def match_prefix(self, token_ids: list[int], namespace: str | None = None) -> PrefixMatch:
+        """The longest cached whole-page prefix of ``token_ids`` under ``namespace`` (no structural change)."""
+        node, matched, pages = self._root_of(namespace), 0, []
         while True:
             child = node.children.get(self._first_page(token_ids, matched))
             if child is None:
@@ -76,10 +89,10 @@ class RadixCache:
             count += 1
         return count
 
-    def match_and_lock(self, token_ids: list[int]) -> PrefixMatch:
+    def match_and_lock(self, token_ids: list[int], namespace: str | None = None) -> PrefixMatch:
         """Like match_prefix, splitting a partly matched node so the match ends on
         a node, which is locked for the caller (release with ``unlock``)."""
-        match = self.match_prefix(token_ids)
+        match = self.match_prefix(token_ids, namespace)
         node = match.node
         remaining = match.num_tokens - self._depth(node)
         if remaining:
@@ -123,7 +136,7 @@ class RadixCache:
 
     # -- insertion and eviction -------------------------------------------------
 
-    def insert(self, token_ids: list[int], pages: list[int]) -> tuple[RadixNode, set[int]]:
+    def insert(self, token_ids: list[int], pages: list[int], namespace: str | None = None) -> tuple[RadixNode, set[int]]:
         """Cache ``token_ids`` (whole pages) with the KV in ``pages``.
 
         Returns the node ending at the last token and the pages the tree took
@@ -131,7 +144,7 @@ class RadixCache:
         and the caller still owns (and must eventually free) the duplicates.
         """
         assert len(token_ids) == len(pages) * self.page_size
-        match = self.match_and_lock(token_ids)
+        match = self.match_and_lock(token_ids, namespace)
         node = match.node
         self.unlock(node)
         adopted: set[int] = set()
@@ -159,19 +172,35 @@ class RadixCache:
             self.num_cached_pages -= len(leaf.pages)
             parent = leaf.parent
             del parent.children[leaf.token_ids[: self.page_size]]
-            if parent is not self.root and not parent.children and parent.lock_count == 0:
+            if parent.parent is not None and not parent.children and parent.lock_count == 0:
                 heapq.heappush(leaves, (parent.last_access, next(order), parent))
         return freed
 
     def _unlocked_leaves(self) -> list[RadixNode]:
-        leaves, stack = [], [self.root]
+        leaves, stack = [], list(self.roots.values())
         while stack:
             node = stack.pop()
             if node.children:
                 stack.extend(node.children.values())
-            elif node is not self.root and node.lock_count == 0:
+            elif node.parent is not None and node.lock_count == 0:
                 leaves.append(node)
         return leaves
+
+    def drop_namespace(self, namespace: str) -> int:
+        """Free every page cached under ``namespace`` (an adapter no request uses any more); how many."""
+        root = self.roots.pop(namespace, None)
+        if root is None:
+            return 0
+        freed, stack = 0, list(root.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            self.page_allocator.free(node.pages)
+            freed += len(node.pages)
+            self.num_cached_pages -= len(node.pages)
+            if node.lock_count == 0:
+                self.num_evictable_pages -= len(node.pages)
+        return freed
 
     def clear(self) -> None:
         """Drop every unlocked node (flush)."""

@@ -29,6 +29,8 @@ class Req:
     priority: int = 0
     # Who the request is for (fair-share scheduling); None when not given.
     tenant: str | None = None
+    # The LoRA adapter it runs with (None: the base model); its KV is cached under it alone.
+    lora_name: str | None = None
     # The seed of this completion (the n completions of a prompt each get their own).
     seed: int = 0
     # When the scheduler received it, first admitted it and sent its first output token

@@ -50,6 +50,7 @@ from tercet.scheduler.embeddings import EmbeddingStep, send_embedding_outputs
 from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer, num_cores
 from tercet.scheduler.intake import check_generate_request
 from tercet.scheduler.kv_memory import RequestKVMemory
+from tercet.scheduler.lora_adapters import scheduler_adapters_of
 from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
 from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import send_outputs_contained
@@ -110,8 +111,12 @@ class Scheduler:
             model_runner, self.kv_memory, self.queues, self.timer, token_budget=config.scheduler.chunked_prefill_size,
             max_batch_size=config.scheduler.max_running_requests,
         )
+        self.adapters = scheduler_adapters_of(context, model_runner, self.adapters_in_use)
+        if self.adapters is not None and self.prefix_cache is not None:
+            self.adapters.on_unload = self.prefix_cache.drop_namespace
         self.control_target = ControlTarget(
-            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures, self.model_step.speculation
+            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures, self.model_step.speculation,
+            self.adapters,
         )
         self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
         self._open_edges(port_args)
@@ -176,6 +181,13 @@ class Scheduler:
             *[(message_type, self.replying(handler)) if issubclass(message_type, ControlRequest)
               else (message_type, handler) for message_type, handler in control_handlers],
         ]
+
+    def adapters_in_use(self) -> set[str | None]:
+        """The LoRA adapters of every request the rank holds: waiting, running or compiling its grammar."""
+        queues = self.queues
+        held = [*queues.running, *(req for leader in queues.waiting for req in leader.group),
+                *(req for entry in self.grammars.pending for req in entry.group)]
+        return {req.lora_name for req in held}
 
     @property
     def prefix_cache(self) -> RadixCache | None:
@@ -253,6 +265,7 @@ class Scheduler:
             if not self.model_runner.can_generate:
                 raise RequestError("this model is encoder-only: it cannot generate; it serves /v1/embeddings", "model")
             check_generate_request(message, self.model_runner.vocab_size)
+            self.use_adapter(message.lora_name)
             group = self.request_group(message)
         except RequestError as error:
             self.refuse(message, FinishReason(FinishKind.ABORT, message=error.message, status_code=error.status_code))
@@ -270,6 +283,15 @@ class Scheduler:
             self.grammars.submit(group)  # joins the waiting queue once compiled
             return
         self.queues.enqueue(group[0])
+
+    def use_adapter(self, name: str | None) -> None:
+        """Make sure the request's adapter is held (404 when there is no such adapter)."""
+        if name is None:
+            return
+        if self.adapters is None:
+            raise RequestError(f"no LoRA adapter named {name!r}: this server serves none (see [lora])", "lora_name",
+                               404)
+        self.adapters.use(name)
 
     def admit_compiled_grammars(self) -> None:
         for group, error in self.grammars.take_ready():
@@ -294,7 +316,8 @@ class Scheduler:
         arrival_index = self.queues.next_arrival_index()
         group = [
             Req(choice_rid(message.rid, index, params.n), list(message.input_ids), params, arrival_index,
-                priority=message.priority, tenant=message.tenant, seed=completion_seed(seed, index))
+                priority=message.priority, tenant=message.tenant, seed=completion_seed(seed, index),
+                lora_name=message.lora_name)
             for index in range(params.n)
         ]
         group[0].lead(group[1:])

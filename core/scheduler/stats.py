@@ -44,6 +44,9 @@ class SchedulerStats:
     # Speculative decoding's figures (tercet.scheduler.speculation.SpeculationStats.as_dict);
     # empty when no proposer is configured.
     speculation: dict = field(default_factory=dict)
+    # LoRA adapters: generate requests received per adapter name, and adapters whose weights are held.
+    lora_requests: dict = field(default_factory=dict)
+    lora_adapters_loaded: int = 0
 
     @property
     def kv_usage(self) -> float:
@@ -68,7 +71,7 @@ class SchedulerStats:
 
     @classmethod
     def of(cls, rank: int, queues: "RequestQueues", kv_memory: "RequestKVMemory",
-           speculation: dict | None = None) -> "SchedulerStats":
+           speculation: dict | None = None, adapters=None) -> "SchedulerStats":
         """The figures of a rank's RequestQueues and RequestKVMemory now (and of its speculation)."""
         page_size = kv_memory.page_size
         allocator = kv_memory.page_allocator
@@ -90,4 +93,6 @@ class SchedulerStats:
             prefill_time=queues.times.prefill.as_dict(),
             decode_time=queues.times.decode.as_dict(),
             speculation=speculation or {},
+            lora_requests=dict(adapters.num_requests) if adapters is not None else {},
+            lora_adapters_loaded=len(adapters.recency) if adapters is not None else 0,
         )

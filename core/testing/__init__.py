@@ -12,6 +12,8 @@ helpers can be imported from here:
   :func:`num_running`, :func:`num_waiting`, :func:`free_port`: a real server in a subprocess;
 - :func:`write_plugin_folder`: plugins a server finds by entry point without pip;
 - :func:`write_tiny_llama`: the tiny random Llama checkpoint;
+- :func:`write_peft_adapter`, :func:`peft_greedy`: a PEFT LoRA adapter of a checkpoint, and
+  PEFT's own greedy output with it;
 - :func:`attention_case`, :func:`compare_backends`: random paged steps, run through
   two attention backends and compared.
 
@@ -40,6 +42,8 @@ _MODULE_OF = {
     "ServerStarter": "server_starter",
     "write_plugin_folder": "plugin_folder",
     "write_tiny_llama": "tiny_model",
+    "write_peft_adapter": "lora_adapters",
+    "peft_greedy": "lora_adapters",
     "attention_case": "attention_cases",
     "compare_backends": "attention_cases",
     "TINY_LLAMA_SHAPE": "tiny_model",

@@ -16,6 +16,8 @@ class Sequence:
     num_cached: int = 0
     pages: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
+    # The LoRA adapter the sequence runs with (None: the base model).
+    adapter: str | None = None
 
 
 class PagedGreedyDriver:
@@ -24,8 +26,8 @@ class PagedGreedyDriver:
     def __init__(self, runner: ModelRunner):
         self.runner = runner
 
-    def start(self, prompt_ids: list[int]) -> Sequence:
-        return Sequence(row=self.runner.req_to_token_pool.alloc(), token_ids=list(prompt_ids))
+    def start(self, prompt_ids: list[int], adapter: str | None = None) -> Sequence:
+        return Sequence(row=self.runner.req_to_token_pool.alloc(), token_ids=list(prompt_ids), adapter=adapter)
 
     def step(self, chunks: dict[int, int] | None = None, *sequences: Sequence) -> None:
         """One forward over ``sequences``; ``chunks`` caps how many uncached tokens one may feed."""
@@ -38,7 +40,8 @@ class PagedGreedyDriver:
             self.reserve(sequence, end)
             new_token_ids.append(sequence.token_ids[sequence.num_cached : end])
         batch = self.runner.build_batch(
-            [s.row for s in sequences], [s.num_cached for s in sequences], new_token_ids
+            [s.row for s in sequences], [s.num_cached for s in sequences], new_token_ids,
+            adapters=[s.adapter for s in sequences],
         )
         logits = self.runner.forward(batch)
         num = len(sequences)

@@ -95,14 +95,16 @@ class SchedulerHarness:
         self.num_sent += 1
 
     def submit(self, rid: str, input_ids: Sequence[int], sampling_params=None, *, priority: int = 0,
-               tenant: str | None = None) -> None:
-        """A tokenized generate request (default: 8 greedy tokens, not stopping at EOS)."""
+               tenant: str | None = None, lora_name: str | None = None) -> None:
+        """A tokenized generate request (default: 8 greedy tokens, not stopping at EOS), with the
+        LoRA adapter ``lora_name`` if given."""
         from tercet.ipc.messages import TokenizedGenerateReq
         from tercet.sampling_params import SamplingParams
 
         if sampling_params is None:
             sampling_params = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
-        self.send(TokenizedGenerateReq(rid, list(input_ids), sampling_params, priority=priority, tenant=tenant))
+        self.send(TokenizedGenerateReq(rid, list(input_ids), sampling_params, priority=priority, tenant=tenant,
+                                       lora_name=lora_name))
 
     def embed(self, rid: str, input_ids: Sequence[int]) -> None:
         """A tokenized embedding request."""

@@ -39,8 +39,9 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def server(start_server, tiny_llama_dir):
-    return start_server(tiny_llama_dir, [*TINY_SETTINGS, f"server.api_key={API_KEY}"])
+def server(start_server, tiny_llama_dir, tiny_adapters):
+    adapters = f"lora.adapters=attention={tiny_adapters['attention']}"
+    return start_server(tiny_llama_dir, [*TINY_SETTINGS, f"server.api_key={API_KEY}", adapters, "lora.max_rank=8"])
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +167,24 @@ def test_the_page_loads_without_the_key_and_nothing_else_does(server):
     assert httpx.get(server.base_url + "/v1/models", timeout=WAIT).status_code == 401
     icon = httpx.get(server.base_url + "/favicon.ico", timeout=WAIT)
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+
+
+def test_a_chat_can_run_with_a_lora_adapter(server, browser):
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(server.base_url + "/")
+    set_field(browser, "#api-key", API_KEY + Keys.TAB)
+    wait_for(browser, lambda: "attention" in text_of(browser, "#adapter"), "the adapter among the choices")
+    Select(browser.find_element(By.CSS_SELECTOR, "#adapter")).select_by_value("attention")
+    set_field(browser, "#max-tokens", "4")
+    say(browser, "Hello")
+    wait_for(browser, lambda: answers(browser) and answers(browser)[-1].get_attribute("data-state") == "done",
+             "the answer to finish")
+    # The rank's figures reach /metrics between its steps: wait for the request to show there.
+    def requests_with_the_adapter() -> float:
+        metrics = httpx.get(server.base_url + "/metrics", headers=AUTH, timeout=WAIT).text
+        lines = [line for line in metrics.splitlines()
+                 if line.startswith("tercet:lora_requests_total{") and 'lora_name="attention"' in line]
+        return float(lines[0].split()[-1]) if lines else 0.0
+
+    wait_for(browser, lambda: requests_with_the_adapter() >= 1, "the adapter's request in /metrics")

@@ -81,6 +81,8 @@ EMBEDDING = b"\x00\x00\x80?\x00\x00\x00\xc0\x00\x00\x00?\x00\x00\x00\x00"
 
 class StandInTokenizerManager:
     served_model_name = MODEL
+    # No LoRA adapters: a model name other than MODEL is a 404 at the HTTP edge.
+    serves_lora = False
     context_len = 64
     vocab_size = 100
     tokenizer = StandInTokenizer()

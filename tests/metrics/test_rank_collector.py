@@ -80,3 +80,13 @@ def test_speculation_figures_are_published_per_proposer_only_while_one_is_set():
     assert sample(registry, "tercet:spec_decode_acceptance_rate", "1", proposer="ngram") == 0.75
     assert sample(registry, "tercet:spec_decode_mean_accepted_length", "1", proposer="ngram") == 3.0
     assert sample(registry, "tercet:spec_decode_acceptance_rate", "0", proposer="") is None
+
+
+def test_lora_adapters_loaded_and_requests_per_adapter_are_published():
+    collector, registry, _ = collector_in_registry()
+    collector.reported(report(0, lora_requests={"sql": 3, "chat": 1}, lora_adapters_loaded=2))
+    collector.reported(report(1))
+    assert sample(registry, "tercet:lora_adapters_loaded") == 2
+    assert sample(registry, "tercet:lora_adapters_loaded", "1") == 0
+    assert sample(registry, "tercet:lora_requests_total", lora_name="sql") == 3
+    assert sample(registry, "tercet:lora_requests_total", lora_name="chat") == 1
