@@ -107,6 +107,7 @@ def main() -> None:
         settings = [f"lora.adapters={listed}", f"lora.max_rank={max(arguments.rank, 64)}",
                     f"lora.max_loaded={arguments.adapters + 1}",
                     f"scheduler.max_running_requests={max(arguments.requests, 32)}", *arguments.set]
+        arguments.log_dir.mkdir(parents=True, exist_ok=True)
         server = RunningServer(arguments.model, arguments.log_dir / "server-lora.log", settings).wait_until_healthy()
         try:
             asyncio.run(all_at_once(server.base_url, prompts[:2], 4, [None, names[0]]))  # warm-up

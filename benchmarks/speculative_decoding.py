@@ -149,6 +149,7 @@ def settings_of(run: str, arguments, max_batch: int | None = None) -> list[str]:
 
 
 def started(run: str, settings: list[str], arguments, suffix: str = "") -> RunningServer:
+    arguments.log_dir.mkdir(parents=True, exist_ok=True)
     log = arguments.log_dir / f"server-speculative-{run}{suffix}.log"
     server = RunningServer(arguments.model, log, settings).wait_until_healthy()
     asyncio.run(one_at_a_time(server.base_url, [list(range(1000, 1032))], 4, True))  # warm-up
