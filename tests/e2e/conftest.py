@@ -17,10 +17,21 @@ def pytest_collection_modifyitems(items):
 
 
 # The servers come from tercet.testing's fixtures; these are the names tercet's tests use.
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def start_server(tercet_start_server):
-    """Start a real server; every server started is stopped at the end of the session."""
-    return tercet_start_server
+    """Start a real server; the servers a test module starts are stopped when the module ends.
+    Kept to the session's end, they piled up: 36 idle servers, two thirds of the machine's memory,
+    by the end of the end-to-end tests. The shared tiny server (tiny_server) is the session's."""
+    started = []
+
+    def start(*args, **kwargs):
+        server = tercet_start_server(*args, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
