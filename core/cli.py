@@ -18,10 +18,10 @@ from tercet.config import (
     DTYPE_NAMES,
     check_api_key,
     check_plugin_choices,
-    config_as_toml,
     load_config,
     parse_set_options,
 )
+from tercet.config_display import config_as_toml
 from tercet.errors import TercetError
 from tercet.formats.default_model import resolve_model_path
 from tercet.formats.weight_formats import describe_weights

@@ -228,49 +228,12 @@ def check_plugin_choices(config: TercetConfig, registries) -> None:
             registries.chosen(kind.registry, config)
 
 
-def config_as_toml(config: TercetConfig) -> str:
-    lines: list[str] = []
-    for section in SECTIONS:
-        lines.append(f"[{section}]")
-        for declared in dataclasses.fields(SECTIONS[section]):
-            value = getattr(getattr(config, section), declared.name)
-            if value is None:
-                lines.append(f"# {declared.name} = (not set)")
-            elif declared.metadata.get("secret"):
-                lines.append(f'{declared.name} = "{HIDDEN}"')
-            else:
-                lines.append(f"{declared.name} = {_toml_value(value)}")
-        lines.append("")
-    if config.disabled_plugins:
-        lines.append("[plugins]")
-        lines.append(f"disable = {_toml_value(list(config.disabled_plugins))}")
-        lines.append("")
-    for plugin, options in config.plugins.items():
-        lines.append(f"[plugins.{plugin}]")
-        lines.extend(f"{key} = {_toml_value(value)}" for key, value in options.items())
-        lines.append("")
-    return "\n".join(lines)
-
-
-# What a secret's value is shown as, wherever the config is shown.
-HIDDEN = "***"
-
-
-def config_shown(config: TercetConfig) -> dict[str, Any]:
-    """The config as a dict, with every secret (the API key, the node secret) hidden."""
-    shown = dataclasses.asdict(config)
-    for section, section_type in SECTIONS.items():
-        for declared in dataclasses.fields(section_type):
-            if declared.metadata.get("secret") and shown[section][declared.name] is not None:
-                shown[section][declared.name] = HIDDEN
-    return shown
-
-
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` written as TOML (config errors and `tercet config show` quote values this way)."""
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -322,8 +285,8 @@ def _checked(declared: dataclasses.Field, section: str, key: str, value: Any, or
     value = _as_declared_type(declared, value, name)
     choices = declared.metadata.get("choices")
     if choices and value not in choices:
-        allowed = ", ".join(_toml_value(c) for c in choices)
-        raise ConfigError(f"{name} = {_toml_value(value)} is not allowed; allowed: {allowed}")
+        allowed = ", ".join(toml_value(c) for c in choices)
+        raise ConfigError(f"{name} = {toml_value(value)} is not allowed; allowed: {allowed}")
     _check_bounds(declared.metadata, value, name)
     return value
 

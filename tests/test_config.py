@@ -5,11 +5,10 @@ import pytest
 from tercet.config import (
     TercetConfig,
     check_plugin_choices,
-    config_as_toml,
-    config_shown,
     load_config,
     parse_set_options,
 )
+from tercet.config_display import config_as_toml, config_shown
 from tercet.errors import ConfigError
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 

@@ -14,7 +14,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.config import config_shown
+from tercet.config_display import config_shown
 from tercet.errors import RequestError
 from tercet.field_checks import NumberRange, check_non_empty_text, check_text
 from tercet.http.errors import read_json_object
