@@ -19,6 +19,7 @@ from torch import nn
 from tercet.errors import ConfigError
 from tercet.formats.checkpoint import Checkpoint
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
+from tercet.formats.read_ahead import read_ahead
 from tercet.model.linear_method import LinearMethod, LinearTarget
 from tercet.model.llama import LlamaForCausalLM
 from tercet.model.quantized_embedding import BlockQuantizedEmbedding
@@ -115,7 +116,7 @@ def load_weights(model: LlamaForCausalLM, checkpoint: Checkpoint, choice: Linear
         # Check every layer against a fixed method before any weight is made:
         # a misfit is found at once, not after most of the model has loaded.
         loading.check_the_fixed_method()
-        for checkpoint_name, tensor in checkpoint.tensors():
+        for checkpoint_name, tensor in read_ahead(checkpoint.tensors()):
             if not checkpoint_name.endswith(IGNORED_SUFFIXES):
                 loading.take(checkpoint_name, tensor)
         loading.tie_the_head()

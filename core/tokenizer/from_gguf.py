@@ -48,14 +48,19 @@ def tokenizer_from_gguf(path: Path, name_or_path: str) -> TercetTokenizer:
     cached ``tokenizer.json`` takes 0.1 s in Rust, and each of the server's
     processes loads it.
     """
-    from tercet.tokenizer.gguf_cache import find_cached_tokenizer, store_cached_tokenizer
+    from tercet.tokenizer.gguf_cache import conversion_lock, find_cached_tokenizer, store_cached_tokenizer
 
     directory = find_cached_tokenizer(path)
     if directory is None:
-        files = tokenizer_files(path)
-        directory = store_cached_tokenizer(path, files)
-        if directory is None:  # the cache cannot be written: use the conversion as it is
-            return tokenizer_from_files(files, name_or_path)
+        # The server's processes start together: one converts, the others wait for its entry
+        # instead of converting it too on the same cores.
+        with conversion_lock(path):
+            directory = find_cached_tokenizer(path)
+            if directory is None:
+                files = tokenizer_files(path)
+                directory = store_cached_tokenizer(path, files)
+                if directory is None:  # the cache cannot be written: use the conversion as it is
+                    return tokenizer_from_files(files, name_or_path)
     return tokenizer_from_directory(directory, name_or_path)
 
 
@@ -191,7 +196,10 @@ def _post_processor(special_tokens: dict, added: dict, add_bos: bool, add_eos: b
 
 
 def _in_alphabet(token: str) -> bool:
-    return all(char in BYTE_LEVEL_ALPHABET for char in token)
+    return _ALPHABET_SET.issuperset(token)  # in C: 49k tokens are checked at a conversion
+
+
+_ALPHABET_SET = frozenset(BYTE_LEVEL_ALPHABET)
 
 
 def _string_list(metadata: dict, key: str, where: str) -> list[str]:

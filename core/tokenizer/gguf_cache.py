@@ -10,11 +10,13 @@ rename wins and the others use it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tercet.formats.default_model import default_cache_dir
@@ -65,6 +67,30 @@ def store_cached_tokenizer(gguf_path: Path, files: dict[str, str], cache_dir: Pa
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+@contextlib.contextmanager
+def conversion_lock(gguf_path: Path, cache_dir: Path | None = None) -> Iterator[None]:
+    """Held while converting ``gguf_path``: another process (or thread) converting it waits here.
+
+    Where the lock file cannot be made (a read-only cache, no ``fcntl``) nobody waits: each
+    converts for itself, as the entry's atomic rename allows."""
+    try:
+        import fcntl
+
+        # Beside the entries, not among them: a lock file stays (removing it would race).
+        locks = _entries(cache_dir).parent / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        lock_file = open(locks / f"tokenizer-{cache_key(gguf_path)}.lock", "a+b")  # noqa: SIM115 (held until the end)
+    except (ImportError, OSError):
+        yield
+        return
+    with lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
 def _entries(cache_dir: Path | None) -> Path:

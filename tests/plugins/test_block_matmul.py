@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
+from tercet.plugin_host import native_build
 from tercet.plugins.linear_layers import block_matmul
 from tercet.plugins.linear_layers.block_matmul import (
     PORTABLE_SOURCE,
@@ -164,7 +165,10 @@ def test_a_q4_1_weight_takes_the_bytes_of_its_file(kernel):
     assert units.dtype == torch.uint8 and units.numel() == 64 * 256 * 20 // 32  # 20 bytes per 32 weights
 
 
-def test_without_a_compiler_the_block_methods_keep_torchs_kernels_and_say_why(monkeypatch, caplog):
+def test_without_a_compiler_or_kernels_built_at_install_the_block_methods_keep_torchs_kernels_and_say_why(
+    monkeypatch, caplog, tmp_path
+):
+    monkeypatch.setattr(native_build, "PREBUILT_DIR", tmp_path)  # as if installed without a compiler
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")
     with caplog.at_level(logging.WARNING):

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tercet.plugin_api import AttentionLayout
+from tercet.plugin_host import native_build
 from tercet.plugin_api.model import ForwardBatch
 from tercet.plugins.paged_cpu_attention import create_paged_cpu_backend
 from tercet.plugins.paged_cpu_attention.backend import PagedCpuAttentionBackend
@@ -110,7 +111,10 @@ def test_steps_with_prompt_tokens_attend_and_write_as_torch_native_does(
     assert_same_cache(kernel_cache, reference_cache)
 
 
-def test_without_a_compiler_the_backend_is_torch_native_and_says_why(monkeypatch, caplog):
+def test_without_a_compiler_or_kernels_built_at_install_the_backend_is_torch_native_and_says_why(
+    monkeypatch, caplog, tmp_path
+):
+    monkeypatch.setattr(native_build, "PREBUILT_DIR", tmp_path)  # as if installed without a compiler
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")
     layout = AttentionLayout(2, 1, 64, num_layers=1, device=CPU, dtype=torch.float32)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from small_gguf import write_gguf
@@ -73,3 +75,32 @@ def test_an_unwritable_cache_still_gives_the_tokenizer(gguf_path, tmp_path, monk
     tokenizer = load_tokenizer(str(gguf_path))
     assert tokenizer.encode("ab") == [1, 8]
     assert "cannot cache the tokenizer" in caplog.text
+
+
+def test_processes_starting_together_convert_once_the_others_wait_for_the_entry(gguf_path, monkeypatch):
+    from tercet.tokenizer import gguf_cache
+
+    conversions, looked_up = [], threading.Event()
+    convert, find = from_gguf.tokenizer_files, gguf_cache.find_cached_tokenizer
+
+    def find_and_tell(path, cache_dir=None):
+        if conversions:  # the second loader has looked while the first converts
+            looked_up.set()
+        return find(path, cache_dir)
+
+    def slow_conversion(path):
+        conversions.append(path)
+        assert looked_up.wait(timeout=60), "the second loader never looked at the cache"
+        return convert(path)
+
+    monkeypatch.setattr(gguf_cache, "find_cached_tokenizer", find_and_tell)
+    monkeypatch.setattr(from_gguf, "tokenizer_files", slow_conversion)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(load_tokenizer, str(gguf_path))
+        # The second starts once the first is converting, and finds no entry yet.
+        while not conversions:
+            threading.Event().wait(0.01)
+        second = pool.submit(load_tokenizer, str(gguf_path))
+        tokenizers = [first.result(timeout=120), second.result(timeout=120)]
+    assert len(conversions) == 1
+    assert tokenizers[0].backend_tokenizer.to_str() == tokenizers[1].backend_tokenizer.to_str()
