@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 from tercet.parallel.topology import scheduler_name
 from tercet.processes.child import run_child
@@ -75,11 +76,11 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.tokenizer.loading import load_tokenizer
 
     config = context.config
-    model_runner = build_model_runner(context, join_tensor_parallel_group(config, port_args, rank, tp_rank))
-    # The tokenizer decodes output tails to detect stop strings.
-    scheduler = Scheduler(
-        context, port_args, model_runner, load_tokenizer(config.model.path), rank=rank, heartbeat=heartbeat
-    )
+    with ThreadPoolExecutor(1, thread_name_prefix="tercet-tokenizer-ahead") as ahead:
+        # The tokenizer (it decodes output tails to detect stop strings) loads while the weights do.
+        tokenizer = ahead.submit(load_tokenizer, config.model.path)
+        model_runner = build_model_runner(context, join_tensor_parallel_group(config, port_args, rank, tp_rank))
+        scheduler = Scheduler(context, port_args, model_runner, tokenizer.result(), rank=rank, heartbeat=heartbeat)
     weights = model_runner.weights_info
     logging.getLogger(__name__).info(
         "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens (%s MiB)%s",
