@@ -16,6 +16,7 @@ from torch import nn
 
 from tercet.plugin_api import ConfigError, LinearMethod, LinearTarget
 from tercet.plugin_api.model import BLOCK_SIZE, BlockQuantized, CheckpointWeight, quantize_blocks
+from tercet.plugins.linear_layers import few_rows_f32
 from tercet.plugins.linear_layers.block_matmul import KernelBlockLinear, load_block_matmul
 from tercet.plugins.linear_layers.packed_bf16 import PackedLinear, can_pack
 from tercet.plugins.linear_layers.quantized import (
@@ -49,6 +50,8 @@ class DenseLinearMethod(LinearMethod):
             layer.bias = nn.Parameter(bias.to(target.device, target.dtype), requires_grad=False)
         if can_pack(target.device, target.dtype):
             return PackedLinear(layer)
+        if few_rows_f32.can_use(target.device, target.dtype):
+            layer.__class__ = few_rows_f32.FewRowsLinear
         return layer
 
 
