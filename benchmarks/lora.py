@@ -11,8 +11,10 @@ tokens at once, ``--output-len`` tokens each (EOS ignored),
 
 It prints each run's output tokens a second and their ratio (the issue's
 target: mixed at least 0.8 of base), then the memory an adapter costs: the
-bytes of its weights as the server reports them, and the growth of the
-scheduler's resident memory when one more adapter is loaded at run time.
+bytes of the tensors the server holds for it (as ``/load_lora_adapter``
+reports them), and the growth of the scheduler's proportional set size (PSS)
+when one more adapter is loaded at run time. The PSS growth is only a rough
+check: the allocator may reuse freed memory or keep more than it was asked for.
 ``--quick`` runs a few short requests, to check the script works.
 
     python benchmarks/lora.py [--adapters 4] [--rank 16] [--requests 32] [--input-len 128]
@@ -53,18 +55,19 @@ async def all_at_once(base_url: str, prompts, output_len: int, adapters: list[st
         return sum(counts) / (time.perf_counter() - started)
 
 
-def scheduler_rss(server: RunningServer) -> int:
-    """Resident bytes of the server's scheduler process(es)."""
-    return sum(child.memory_info().rss for child in server.child_processes() if "scheduler" in " ".join(child.cmdline()))
+def scheduler_pss(server: RunningServer) -> int:
+    """Proportional set size, in bytes, of the server's scheduler process(es)."""
+    return sum(child.memory_full_info().pss for child in server.child_processes()
+               if "scheduler" in " ".join(child.cmdline()))
 
 
 def adapter_memory(server: RunningServer, extra_path: Path) -> tuple[int, int]:
-    """The bytes an adapter's weights take (as the server reports them), and the scheduler's growth on loading one more."""
-    before = scheduler_rss(server)
+    """The bytes of the tensors the server holds for one more adapter, and the scheduler's PSS growth loading it."""
+    before = scheduler_pss(server)
     loaded = httpx.post(server.base_url + "/load_lora_adapter", timeout=600,
                         json={"lora_name": "extra", "lora_path": str(extra_path)})
     loaded.raise_for_status()
-    return loaded.json()["bytes"], scheduler_rss(server) - before
+    return loaded.json()["bytes"], scheduler_pss(server) - before
 
 
 def make_adapters(model_dir: Path, parent: Path, count: int, rank: int) -> list[Path]:
@@ -114,7 +117,7 @@ def main() -> None:
             base = asyncio.run(all_at_once(server.base_url, prompts, arguments.output_len, [None] * len(prompts)))
             mixed_adapters = [names[index % len(names)] for index in range(len(prompts))]
             mixed = asyncio.run(all_at_once(server.base_url, prompts, arguments.output_len, mixed_adapters))
-            weight_bytes, rss_growth = adapter_memory(server, extra)
+            weight_bytes, pss_growth = adapter_memory(server, extra)
         finally:
             server.stop()
     print(f"c={arguments.requests}, {arguments.input_len} in, {arguments.output_len} out, "
@@ -122,8 +125,8 @@ def main() -> None:
     print(f"{'run':8} {'tok/s':>8}")
     print(f"{'base':8} {base:8.1f}")
     print(f"{'mixed':8} {mixed:8.1f}   ({mixed / base:.2f} of base; target at least 0.80)")
-    print(f"one adapter: {weight_bytes / 2**20:.2f} MiB of weights; the scheduler grew "
-          f"{rss_growth / 2**20:.2f} MiB loading it")
+    print(f"one adapter of rank {arguments.rank}: {weight_bytes / 2**20:.2f} MiB of tensors held; the scheduler's "
+          f"PSS grew {pss_growth / 2**20:.2f} MiB loading it")
 
 
 if __name__ == "__main__":
