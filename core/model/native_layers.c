@@ -110,16 +110,17 @@ static int multiply(const Matmul *layer, const uint16_t *x, int64_t x_stride, in
 }
 
 /* Scratch for one step of `rows` tokens: each intermediate of a layer, reused by every layer;
- * and, for a step with adapters, each thread's rows widened to float and their sums. */
+ * and, for a step with adapters, each thread's sums and shrunk rows. */
 typedef struct {
     uint16_t *normed, *qkv, *attended, *projected, *gate_up, *activated;
-    float *lora;  /* per thread: ROW_BLOCK rows widened (lora_deepest wide), then their sums */
-    int64_t lora_deepest, lora_per_thread;
+    float *lora;  /* per thread: ROW_BLOCK rows of sums (lora_widest wide), then of shrunk rows */
+    uint16_t *zeros;  /* a row of zeros for the missing rows of a block */
+    int64_t lora_widest, lora_per_thread;
 } Scratch;
 
 static void free_scratch(Scratch *s) {
     free(s->normed); free(s->qkv); free(s->attended); free(s->projected); free(s->gate_up); free(s->activated);
-    free(s->lora);
+    free(s->lora); free(s->zeros);
 }
 
 static int allocate_scratch(const Program *p, const Step *step, int64_t rows, Scratch *s) {
@@ -129,8 +130,9 @@ static int allocate_scratch(const Program *p, const Step *step, int64_t rows, Sc
     int64_t deepest = p->intermediate_size > q_size ? p->intermediate_size : q_size;
     if (p->hidden_size > deepest) deepest = p->hidden_size;
     if (step->max_rank > deepest) deepest = step->max_rank;
-    s->lora_deepest = deepest;
-    s->lora_per_thread = step->num_segments ? ROW_BLOCK * (deepest + widest) : 0;
+    s->lora_widest = widest;
+    /* sums, then the shrunk rows (bfloat16, in float slots: room to spare) */
+    s->lora_per_thread = step->num_segments ? ROW_BLOCK * (widest + step->max_rank) : 0;
     s->normed = malloc(sizeof(uint16_t) * rows * p->hidden_size);
     s->qkv = malloc(sizeof(uint16_t) * rows * (q_size + 2 * kv_size));
     s->attended = malloc(sizeof(uint16_t) * rows * q_size);
@@ -138,64 +140,83 @@ static int allocate_scratch(const Program *p, const Step *step, int64_t rows, Sc
     s->gate_up = malloc(sizeof(uint16_t) * rows * 2 * p->intermediate_size);
     s->activated = malloc(sizeof(uint16_t) * rows * p->intermediate_size);
     s->lora = malloc(sizeof(float) * (omp_get_max_threads() * s->lora_per_thread + 1));
-    if (s->normed && s->qkv && s->attended && s->projected && s->gate_up && s->activated && s->lora)
+    s->zeros = calloc(deepest + 1, sizeof(uint16_t));
+    if (s->normed && s->qkv && s->attended && s->projected && s->gate_up && s->activated && s->lora && s->zeros)
         return 0;
     free_scratch(s);
     return OUT_OF_MEMORY;
 }
 
-/* The products of a LoRA delta run in tiles of ROW_BLOCK rows by TILE columns over x widened
- * to float once (its rows padded with zeros to a whole block): a tile's sums stay in registers
- * over the whole inner dimension, and each row of w is widened once for all the tile's rows. */
+/* The products of a LoRA delta run in tiles of ROW_BLOCK rows by TILE columns over bfloat16
+ * rows (missing rows of a block read a row of zeros): a tile's sums stay in registers over the
+ * whole inner dimension, and each row of w is read once for all the tile's rows. */
 
-#if defined(__AVX512F__)
+#if defined(__AVX512BF16__)
 #include <immintrin.h>
 
-/* A full-width tile: sums[r][0:TILE) = x[r] @ w[:, 0:TILE) for r < rows (x has ROW_BLOCK rows). */
-static void tile(const float *x, int64_t x_stride, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
-                 float *sums) {
+/* Lanes 2c and 2c+1 of a pair of w's rows (i, i+1) are column c of each: the operand of VDPBF16PS,
+ * which adds x[i] w[i][c] + x[i+1] w[i+1][c] to lane c. */
+static inline __m512bh interleaved(__m256i first, __m256i second) {
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+    return (__m512bh)_mm512_permutexvar_epi16(order, both);
+}
+
+/* A full-width tile: sums[r][0:TILE) = x[r] @ w[:, 0:TILE) for r < rows. */
+static void tile(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, float *sums) {
     __m512 acc[ROW_BLOCK];
     for (int r = 0; r < ROW_BLOCK; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < k; i++) {
-        __m256i bits = _mm256_loadu_si256((const __m256i *)(w + i * n));
-        __m512 widened = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    int64_t i = 0;
+    for (; i + 1 < k; i += 2) {
+        __m512bh pair = interleaved(_mm256_loadu_si256((const __m256i *)(w + i * n)),
+                                    _mm256_loadu_si256((const __m256i *)(w + (i + 1) * n)));
+        for (int r = 0; r < ROW_BLOCK; r++) {
+            uint32_t both;
+            memcpy(&both, x[r] + i, sizeof both);
+            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)both), pair);
+        }
+    }
+    if (i < k) {  /* an odd k: the last row of w, paired with zeros */
+        __m512bh pair = interleaved(_mm256_loadu_si256((const __m256i *)(w + i * n)), _mm256_setzero_si256());
         for (int r = 0; r < ROW_BLOCK; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * x_stride + i]), widened, acc[r]);
+            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)x[r][i]), pair);
     }
     for (int64_t r = 0; r < rows; r++) _mm512_storeu_ps(sums + r * n, acc[r]);
 }
 #else
-static void tile(const float *x, int64_t x_stride, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
-                 float *sums) {
+static void tile(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, float *sums) {
     float acc[ROW_BLOCK][TILE] = {{0}};
     for (int64_t i = 0; i < k; i++)
-        for (int r = 0; r < ROW_BLOCK; r++)
-            for (int t = 0; t < TILE; t++) acc[r][t] += x[r * x_stride + i] * bf16_to_float(w[i * n + t]);
+        for (int r = 0; r < ROW_BLOCK; r++) {
+            float x_ri = bf16_to_float(x[r][i]);
+            for (int t = 0; t < TILE; t++) acc[r][t] += x_ri * bf16_to_float(w[i * n + t]);
+        }
     for (int64_t r = 0; r < rows; r++)
         for (int t = 0; t < TILE; t++) sums[r * n + t] = acc[r][t];
 }
 #endif
 
 /* The last columns, fewer than a tile: the same sums one by one. */
-static void edge_tile(const float *x, int64_t x_stride, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
-                      int64_t width, float *sums) {
+static void edge_tile(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, int64_t width,
+                      float *sums) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t t = 0; t < width; t++) {
             float sum = 0.0f;
-            for (int64_t i = 0; i < k; i++) sum += x[r * x_stride + i] * bf16_to_float(w[i * n + t]);
+            for (int64_t i = 0; i < k; i++) sum += bf16_to_float(x[r][i]) * bf16_to_float(w[i * n + t]);
             sums[r * n + t] = sum;
         }
 }
 
-/* sums[r][0..n) = x[r] @ w for r < rows <= ROW_BLOCK: x float [ROW_BLOCK, k] (rows `x_stride`
- * apart, the rows past `rows` zeros), w bfloat16 [k, n] contiguous. */
-static void multiply_transposed(const float *x, int64_t x_stride, int64_t rows, int64_t k, const uint16_t *w,
-                                int64_t n, float *sums) {
+/* sums[r][0..n) = x[r] @ w for r < rows: x the ROW_BLOCK rows (bfloat16, k long), w bfloat16
+ * [k, n] contiguous. */
+static void multiply_transposed(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
+                                float *sums) {
     for (int64_t c0 = 0; c0 < n; c0 += TILE) {
         if (n - c0 >= TILE)
-            tile(x, x_stride, rows, k, w + c0, n, sums + c0);
+            tile(x, rows, k, w + c0, n, sums + c0);
         else
-            edge_tile(x, x_stride, rows, k, w + c0, n, n - c0, sums + c0);
+            edge_tile(x, rows, k, w + c0, n, n - c0, sums + c0);
     }
 }
 
@@ -209,22 +230,22 @@ static inline uint16_t round_to_bf16(float value) {
 }
 
 /* y[0:rows] += the projection's delta for x's rows (at most ROW_BLOCK), rounded as torch's
- * bfloat16 ops round them: the shrunk rows to bfloat16, each part's delta to bfloat16, then
- * the sum. `widened` holds ROW_BLOCK * max(k, rank) floats, `sums` ROW_BLOCK * the widest part. */
+ * bfloat16 ops round them: the shrunk rows to bfloat16, each part's delta to bfloat16, then the
+ * sum. `zeros` is a row of zeros at least k and the rank long; `shrunk` holds ROW_BLOCK * rank
+ * bfloat16s, `sums` ROW_BLOCK * max(rank, the widest part) floats. */
 static void add_block_delta(const LoraProjection *lora, const uint16_t *x, int64_t x_stride, int64_t k,
-                            int64_t rows, uint16_t *y, int64_t y_stride, float *widened, float *sums) {
+                            int64_t rows, uint16_t *y, int64_t y_stride, const uint16_t *zeros, uint16_t *shrunk,
+                            float *sums) {
     int64_t rank = lora->rank;
-    for (int64_t r = 0; r < ROW_BLOCK; r++)
-        for (int64_t i = 0; i < k; i++) widened[r * k + i] = r < rows ? bf16_to_float(x[r * x_stride + i]) : 0.0f;
-    multiply_transposed(widened, k, rows, k, lora->a_t, rank, sums);
-    for (int64_t r = 0; r < ROW_BLOCK; r++)
-        for (int64_t j = 0; j < rank; j++)
-            widened[r * rank + j] = r < rows ? bf16_to_float(round_to_bf16(sums[r * rank + j])) : 0.0f;
+    const uint16_t *inputs[ROW_BLOCK], *middles[ROW_BLOCK];
+    for (int64_t r = 0; r < ROW_BLOCK; r++) inputs[r] = r < rows ? x + r * x_stride : zeros;
+    multiply_transposed(inputs, rows, k, lora->a_t, rank, sums);
+    for (int64_t i = 0; i < rows * rank; i++) shrunk[i] = round_to_bf16(sums[i]);
     for (int64_t j = 0; j < lora->num_parts; j++) {
         const LoraPart *part = &lora->parts[j];
         int64_t n = part->out_features;
-        multiply_transposed(widened + part->rank_start, rank, rows, part->rank_stop - part->rank_start, part->b_t,
-                            n, sums);
+        for (int64_t r = 0; r < ROW_BLOCK; r++) middles[r] = (r < rows ? shrunk + r * rank : zeros) + part->rank_start;
+        multiply_transposed(middles, rows, part->rank_stop - part->rank_start, part->b_t, n, sums);
         for (int64_t r = 0; r < rows; r++) {
             uint16_t *out = y + r * y_stride + part->column;
             const float *delta = sums + r * n;
@@ -253,9 +274,10 @@ static void add_deltas(const Step *step, int64_t layer, int which, const uint16_
         const LoraSegment *run = &step->segments[segment];
         int64_t start = run->start + block * ROW_BLOCK;
         int64_t rows = run->stop - start < ROW_BLOCK ? run->stop - start : ROW_BLOCK;
-        float *widened = s->lora + omp_get_thread_num() * s->lora_per_thread;
+        float *sums = s->lora + omp_get_thread_num() * s->lora_per_thread;
         add_block_delta(&run->layers[layer].projections[which], x + start * x_stride, x_stride, k, rows,
-                        y + start * y_stride, y_stride, widened, widened + ROW_BLOCK * s->lora_deepest);
+                        y + start * y_stride, y_stride, s->zeros, (uint16_t *)(sums + ROW_BLOCK * s->lora_widest),
+                        sums);
     }
 }
 
