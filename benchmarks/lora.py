@@ -3,20 +3,24 @@
 It makes ``--adapters`` PEFT adapters of the default model (or ``--model``;
 random, non-zero A and B of rank ``--rank`` on every projection, made by PEFT
 itself), starts one real server with them loaded, and runs the same workload
-twice through ``/generate``: ``--requests`` random prompts of ``--input-len``
-tokens at once, ``--output-len`` tokens each (EOS ignored),
+through ``/generate``, base then mixed, ``--rounds`` times: ``--requests``
+random prompts of ``--input-len`` tokens at once, ``--output-len`` tokens each
+(EOS ignored),
 
-- **base**: no request names an adapter (the steps keep the one-call C path);
+- **base**: no request names an adapter;
 - **mixed**: request i runs with adapter i mod ``--adapters``.
 
-It prints each run's output tokens a second and their ratio (the issue's
-target: mixed at least 0.8 of base), then the memory an adapter costs: the
-bytes of its weights as the server reports them, and the growth of the
-scheduler's resident memory when one more adapter is loaded at run time.
+It prints each round's output tokens a second and ratio, and the median
+ratio (the issue's target: mixed at least 0.8 of base; alternating rounds
+keep a busy machine's load from landing on one side only), then the memory an adapter costs: the
+bytes of the tensors the server holds for it (as ``/load_lora_adapter``
+reports them), and the growth of the scheduler's proportional set size (PSS)
+when one more adapter is loaded at run time. The PSS growth is only a rough
+check: the allocator may reuse freed memory or keep more than it was asked for.
 ``--quick`` runs a few short requests, to check the script works.
 
     python benchmarks/lora.py [--adapters 4] [--rank 16] [--requests 32] [--input-len 128]
-        [--output-len 128] [--model PATH] [--set section.key=value ...] [--quick]
+        [--output-len 128] [--rounds 3] [--model PATH] [--set section.key=value ...] [--quick]
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -53,18 +58,19 @@ async def all_at_once(base_url: str, prompts, output_len: int, adapters: list[st
         return sum(counts) / (time.perf_counter() - started)
 
 
-def scheduler_rss(server: RunningServer) -> int:
-    """Resident bytes of the server's scheduler process(es)."""
-    return sum(child.memory_info().rss for child in server.child_processes() if "scheduler" in " ".join(child.cmdline()))
+def scheduler_pss(server: RunningServer) -> int:
+    """Proportional set size, in bytes, of the server's scheduler process(es)."""
+    return sum(child.memory_full_info().pss for child in server.child_processes()
+               if "scheduler" in " ".join(child.cmdline()))
 
 
 def adapter_memory(server: RunningServer, extra_path: Path) -> tuple[int, int]:
-    """The bytes an adapter's weights take (as the server reports them), and the scheduler's growth on loading one more."""
-    before = scheduler_rss(server)
+    """The bytes of the tensors the server holds for one more adapter, and the scheduler's PSS growth loading it."""
+    before = scheduler_pss(server)
     loaded = httpx.post(server.base_url + "/load_lora_adapter", timeout=600,
                         json={"lora_name": "extra", "lora_path": str(extra_path)})
     loaded.raise_for_status()
-    return loaded.json()["bytes"], scheduler_rss(server) - before
+    return loaded.json()["bytes"], scheduler_pss(server) - before
 
 
 def make_adapters(model_dir: Path, parent: Path, count: int, rank: int) -> list[Path]:
@@ -79,6 +85,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=32, help="concurrent requests")
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3, help="base/mixed pairs; the median ratio is reported")
     parser.add_argument("--model", type=Path, default=None, help="default: the built-in default model")
     parser.add_argument("--set", action="append", default=[], help="section.key=value for the server")
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
@@ -111,19 +118,22 @@ def main() -> None:
         server = RunningServer(arguments.model, arguments.log_dir / "server-lora.log", settings).wait_until_healthy()
         try:
             asyncio.run(all_at_once(server.base_url, prompts[:2], 4, [None, names[0]]))  # warm-up
-            base = asyncio.run(all_at_once(server.base_url, prompts, arguments.output_len, [None] * len(prompts)))
             mixed_adapters = [names[index % len(names)] for index in range(len(prompts))]
-            mixed = asyncio.run(all_at_once(server.base_url, prompts, arguments.output_len, mixed_adapters))
-            weight_bytes, rss_growth = adapter_memory(server, extra)
+            rounds = [tuple(asyncio.run(all_at_once(server.base_url, prompts, arguments.output_len, adapters))
+                            for adapters in ([None] * len(prompts), mixed_adapters))
+                      for _ in range(arguments.rounds)]
+            weight_bytes, pss_growth = adapter_memory(server, extra)
         finally:
             server.stop()
     print(f"c={arguments.requests}, {arguments.input_len} in, {arguments.output_len} out, "
           f"{arguments.adapters} adapters of rank {arguments.rank}")
-    print(f"{'run':8} {'tok/s':>8}")
-    print(f"{'base':8} {base:8.1f}")
-    print(f"{'mixed':8} {mixed:8.1f}   ({mixed / base:.2f} of base; target at least 0.80)")
-    print(f"one adapter: {weight_bytes / 2**20:.2f} MiB of weights; the scheduler grew "
-          f"{rss_growth / 2**20:.2f} MiB loading it")
+    print(f"{'round':6} {'base tok/s':>10} {'mixed tok/s':>11} {'mixed/base':>10}")
+    for index, (base, mixed) in enumerate(rounds):
+        print(f"{index + 1:<6} {base:10.1f} {mixed:11.1f} {mixed / base:10.2f}")
+    ratio = statistics.median(mixed / base for base, mixed in rounds)
+    print(f"median mixed/base: {ratio:.2f} (target at least 0.80: {'met' if ratio >= 0.8 else 'missed'})")
+    print(f"one adapter of rank {arguments.rank}: {weight_bytes / 2**20:.2f} MiB of tensors held; the scheduler's "
+          f"PSS grew {pss_growth / 2**20:.2f} MiB loading it")
 
 
 if __name__ == "__main__":

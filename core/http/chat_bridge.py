@@ -18,6 +18,7 @@ from starlette.requests import Request
 from tercet.errors import RequestError
 from tercet.frontend.io_struct import GenerateOutput
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
+from tercet.http.lora_api import adapter_of_model
 from tercet.http.openai_api import read_chat_request
 from tercet.http.openai_params import renamed
 from tercet.http.openai_request import OpenAIRequest
@@ -27,9 +28,11 @@ from tercet.ipc.messages import FinishReason
 
 
 async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, renames: dict[str, str]) -> OpenAIRequest:
-    """A translated body read as ``/v1/chat/completions`` reads one; a refusal names the protocol's own field."""
+    """A translated body read as ``/v1/chat/completions`` reads one (its ``model`` may name a LoRA
+    adapter, as there); a refusal names the protocol's own field."""
     try:
-        return await read_chat_request(chat_body, request, tokenizer_manager)
+        model, adapter = adapter_of_model(chat_body, tokenizer_manager)
+        return await read_chat_request(chat_body, request, tokenizer_manager, model, adapter)
     except RequestError as error:
         raise _renamed(error, renames) from None
 

@@ -48,8 +48,8 @@ async def read_chat_request(body: dict, request: Request, tokenizer_manager, mod
                             adapter: str | None = None) -> OpenAIRequest:
     """A chat completions ``body`` read, checked and templated with this server's model, tokenizer,
     tools and reasoning parser, with the scheduling fields (also for the protocols bridged to it).
-    ``model`` and ``adapter``: what the body's ``model`` names; without them, the served model and
-    no adapter (the bridged protocols serve the base model)."""
+    ``model`` and ``adapter``: what the body's ``model`` names (:func:`adapter_of_model`, which the
+    bridged protocols use too); without them, the served model and no adapter."""
     openai_request = await parse_chat_completion_request(
         body,
         model or tokenizer_manager.served_model_name,

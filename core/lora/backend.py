@@ -55,6 +55,11 @@ class LoraSegment:
 class LoraBackend(abc.ABC):
     """Adds LoRA deltas; one instance serves every projection of the model."""
 
+    # True where the backend adds exactly the sums above in the model's dtype, as the model's
+    # one-call C runner (tercet.model.native_layers) does: that runner may then add them
+    # itself, and a step with adapters keeps the one-call path.
+    native_equivalent = False
+
     @abc.abstractmethod
     def add_deltas(self, output: torch.Tensor, x: torch.Tensor, segments: Sequence[LoraSegment]) -> None:
         """Add each segment's delta to ``output`` (``[T, out]``) in place; ``x`` is the layer's input ``[T, in]``."""

@@ -17,6 +17,14 @@ from torch import nn
 from tercet.lora.backend import LoraBackend, LoraSegment, LoraWeights
 
 
+class AdapterWeights(dict):
+    """An adapter's :class:`LoraWeights` by projection key ``(layer, projection)``; ``native`` keeps
+    the form the one-call C runner reads (:mod:`tercet.model.native_layers` makes it once), which
+    lives and goes with the weights."""
+
+    native = None
+
+
 @dataclass(frozen=True)
 class AdapterRun:
     """Rows ``[start, stop)`` of a step that all use one adapter's weights (by projection)."""
@@ -58,13 +66,18 @@ class LoraLinear(nn.Module):
 
 
 def weights_of_projection(parts: list[tuple[int, object, object]]) -> LoraWeights:
-    """One projection's :class:`LoraWeights` from its adapted parts ``(column, lora_a, lora_b)``."""
+    """One projection's :class:`LoraWeights` from its adapted parts ``(column, lora_a, lora_b)``.
+
+    A and B are held transposed (``lora_a`` and each ``lora_b`` are views of contiguous
+    ``[in, rank]`` and ``[rank, out]`` tensors): both products then run along contiguous rows,
+    for torch's ``x @ lora_a.t()`` as for the C runner, which reads them as they are."""
     import torch
 
     from tercet.lora.backend import LoraPart
 
     built, rank_start = [], 0
     for column, lora_a, lora_b in parts:
-        built.append(LoraPart(lora_b.contiguous(), column, rank_start, rank_start + lora_a.shape[0]))
+        built.append(LoraPart(lora_b.t().contiguous().t(), column, rank_start, rank_start + lora_a.shape[0]))
         rank_start += lora_a.shape[0]
-    return LoraWeights(torch.cat([lora_a for _, lora_a, _ in parts]).contiguous(), tuple(built))
+    stacked = torch.cat([lora_a for _, lora_a, _ in parts])
+    return LoraWeights(stacked.t().contiguous().t(), tuple(built))

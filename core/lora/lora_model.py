@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from tercet.errors import ConfigError
 from tercet.lora.adapter_files import LoraAdapterError, PartShape, read_adapter
 from tercet.lora.backend import LoraBackend
-from tercet.lora.lora_linear import AdapterRun, LoraLinear, LoraStep, weights_of_projection
+from tercet.lora.lora_linear import AdapterRun, AdapterWeights, LoraLinear, LoraStep, weights_of_projection
 
 # The projections that read a slice of their input on each tensor-parallel rank (their output is summed).
 ROW_PARALLEL = ("o", "down")
@@ -45,8 +45,8 @@ class LoadedAdapter:
     name: str
     path: str
     rank: int
-    num_bytes: int
-    weights: dict  # (layer, projection) -> LoraWeights
+    num_bytes: int  # of the tensors held (this rank's shards, in the model's dtype)
+    weights: AdapterWeights  # (layer, projection) -> LoraWeights
 
 
 class LoraModel:
@@ -62,6 +62,8 @@ class LoraModel:
 
     def install(self, model) -> None:
         """Wrap ``model``'s projections (again, after its weights were reloaded)."""
+        # The one-call C runner adds the deltas itself where they are the sums this backend adds.
+        model.native_lora = getattr(self.step.backend, "native_equivalent", False)
         for index, layer in enumerate(model.model.layers):
             for projection, (block, attribute, _) in PROJECTIONS.items():
                 parent = getattr(layer, block)
@@ -81,8 +83,8 @@ class LoraModel:
             by_projection.setdefault((layer, place.projection), []).append(
                 (place.column, lora_a.to(self.device), lora_b.to(self.device))
             )
-        weights = {key: weights_of_projection(parts) for key, parts in by_projection.items()}
-        adapter = LoadedAdapter(name, str(path), tensors.rank, tensors.num_bytes, weights)
+        weights = AdapterWeights((key, weights_of_projection(parts)) for key, parts in by_projection.items())
+        adapter = LoadedAdapter(name, str(path), tensors.rank, held_bytes(weights), weights)
         self.adapters[name] = adapter
         return adapter
 
@@ -123,6 +125,13 @@ class LoraModel:
             yield
         finally:
             self.step.runs = ()
+
+
+def held_bytes(weights: AdapterWeights) -> int:
+    """Bytes of the tensors an adapter holds: every projection's stacked A and its parts' B."""
+    tensors = [tensor for projection in weights.values()
+               for tensor in (projection.lora_a, *(part.lora_b for part in projection.parts))]
+    return sum(tensor.untyped_storage().nbytes() for tensor in tensors)
 
 
 def _part_places(model) -> dict[tuple[int, str], PartPlace]:

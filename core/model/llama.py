@@ -225,6 +225,8 @@ class LlamaForCausalLM(nn.Module):
         self.kv_cache: PagedKVCache | None = None
         self.fused_ops: CpuFusedOps | None = None
         self.native_layers: NativeLayers | None = None
+        # Whether the one-call runner may add LoRA adapters' deltas (set by tercet.lora.lora_model).
+        self.native_lora = False
 
     def use_fused_ops(self, fused_ops: CpuFusedOps | None) -> None:
         """Run each layer's norms, SiLU·mul and rotary on ``fused_ops`` (None: torch's ops)."""
@@ -264,12 +266,21 @@ class LlamaForCausalLM(nn.Module):
         # The fused path rotates from the tables by position itself.
         cos, signed_sin = (None, None) if self.fused_ops is not None else self.rotary.cos_sin(batch.positions)
         hidden = self.embed(batch.input_ids)
-        # Adapters' deltas are added between the layers' parts: a step with any runs layer by layer.
-        if self.native_layers is not None and not batch.lora_runs:
-            return self.native_layers.run(hidden.contiguous(), batch.positions)
+        segments = self._native_segments(batch.lora_runs)
+        if segments is not None:
+            return self.native_layers.run(hidden.contiguous(), batch.positions, segments)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
         return hidden
+
+    def _native_segments(self, lora_runs) -> list | None:
+        """The step's adapter segments for the one-call runner ([] with none); None: run layer by layer
+        (no runner, or adapters whose deltas it cannot add: they go through the LoRA backend)."""
+        if self.native_layers is None:
+            return None
+        if not lora_runs:
+            return []
+        return self.native_layers.segments_of(lora_runs) if self.native_lora else None
 
     def final_hidden_states(self, batch: ForwardBatch) -> torch.Tensor:
         """Every new token's hidden state after the final norm, ``[T, hidden]``: what embeddings pool."""

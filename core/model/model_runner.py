@@ -218,10 +218,10 @@ class ModelRunner:
 
     def eager_forward(self, batch: ForwardBatch) -> torch.Tensor:
         self.attention_backend.prepare(batch, self.req_to_token_pool.table)
-        with self._adapters_of(batch):
+        with self.adapters_of(batch):
             return self.model(batch)
 
-    def _adapters_of(self, batch: ForwardBatch):
+    def adapters_of(self, batch: ForwardBatch):
         """While the model runs ``batch``: its adapters' deltas added where its runs say."""
         return self.lora.serving(batch.lora_runs) if batch.lora_runs else contextlib.nullcontext()
 
@@ -259,7 +259,7 @@ class ModelRunner:
         token of the sequences at ``sequence_indices`` (positions in the batch)."""
         with torch.inference_mode():
             self.attention_backend.prepare(batch, self.req_to_token_pool.table)
-            with self._adapters_of(batch):
+            with self.adapters_of(batch):
                 return self.model.forward_with_prompt_logits(batch, sequence_indices)
 
 

@@ -9,9 +9,16 @@
  *
  * The runner knows none of those functions: each comes as a pointer, with its own data
  * (a layer's packed weights, the cache's buffers), in the program built by native_layers.py.
+ *
+ * A step that serves LoRA adapters stays in the one call: after each projection, each segment
+ * of rows sharing an adapter gets its delta added here (what the torch LoRA backend adds, in
+ * the same bfloat16 roundings), so adapters cost their two small products and no detour.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
 
 #include "tercet_bfloat16.h"
 
@@ -56,11 +63,44 @@ typedef struct {
     float eps, scale;
 } Program;
 
-/* The per-step inputs of the attention, as the backend prepared them. */
+/* LoRA adapters (see tercet.lora.backend): a projection's delta for rows x is, per part,
+ * ((x @ A^T)[:, rank_start:rank_stop] @ B^T) added into the part's columns, the scale folded
+ * into B. A and B come transposed (A^T is [in, rank], B^T [part rank, out], bfloat16, each
+ * contiguous) so that both products run along contiguous rows. */
+typedef struct {
+    const uint16_t *b_t;
+    int64_t column, rank_start, rank_stop, out_features;
+} LoraPart;
+
+/* One projection of one layer under one adapter; rank 0: the adapter leaves it alone. */
+typedef struct {
+    const uint16_t *a_t;
+    int64_t rank, num_parts;
+    LoraPart parts[3];
+} LoraProjection;
+
+enum { QKV = 0, O = 1, GATE_UP = 2, DOWN = 3 };
+
+typedef struct {
+    LoraProjection projections[4];  /* QKV, O, GATE_UP, DOWN */
+} LoraLayer;
+
+/* Rows [start, stop) of the step, all of one adapter: its projections, layer by layer. */
+typedef struct {
+    int64_t start, stop;
+    const LoraLayer *layers;
+} LoraSegment;
+
+/* The per-step inputs of the attention, as the backend prepared them, and the step's adapters. */
 typedef struct {
     const int64_t *positions, *req_to_token, *rows, *seq_lens, *out_cache_loc;
     int64_t table_width;
+    const LoraSegment *segments;
+    int64_t num_segments, max_rank;
 } Step;
+
+/* The LoRA products run on blocks of ROW_BLOCK rows by tiles of TILE columns (see tile()). */
+enum { ROW_BLOCK = 8, TILE = 16 };
 
 enum { DTYPE_BFLOAT16 = 1, FAILED_MATMUL = 10, FAILED_ATTENTION = 20, OUT_OF_MEMORY = 30 };
 
@@ -69,35 +109,186 @@ static int multiply(const Matmul *layer, const uint16_t *x, int64_t x_stride, in
                            layer->out_features, y, layer->out_features);
 }
 
-/* Scratch for one step of `rows` tokens: each intermediate of a layer, reused by every layer. */
+/* Scratch for one step of `rows` tokens: each intermediate of a layer, reused by every layer;
+ * and, for a step with adapters, each thread's sums and shrunk rows. */
 typedef struct {
     uint16_t *normed, *qkv, *attended, *projected, *gate_up, *activated;
+    float *lora;  /* per thread: ROW_BLOCK rows of sums (lora_widest wide), then of shrunk rows */
+    uint16_t *zeros;  /* a row of zeros for the missing rows of a block */
+    int64_t lora_widest, lora_per_thread;
 } Scratch;
 
 static void free_scratch(Scratch *s) {
     free(s->normed); free(s->qkv); free(s->attended); free(s->projected); free(s->gate_up); free(s->activated);
+    free(s->lora); free(s->zeros);
 }
 
-static int allocate_scratch(const Program *p, int64_t rows, Scratch *s) {
+static int allocate_scratch(const Program *p, const Step *step, int64_t rows, Scratch *s) {
     int64_t q_size = p->num_heads * p->head_dim, kv_size = p->num_kv_heads * p->head_dim;
+    int64_t widest = q_size + 2 * kv_size > 2 * p->intermediate_size ? q_size + 2 * kv_size : 2 * p->intermediate_size;
+    if (step->max_rank > widest) widest = step->max_rank;
+    int64_t deepest = p->intermediate_size > q_size ? p->intermediate_size : q_size;
+    if (p->hidden_size > deepest) deepest = p->hidden_size;
+    if (step->max_rank > deepest) deepest = step->max_rank;
+    s->lora_widest = widest;
+    /* sums, then the shrunk rows (bfloat16, in float slots: room to spare) */
+    s->lora_per_thread = step->num_segments ? ROW_BLOCK * (widest + step->max_rank) : 0;
     s->normed = malloc(sizeof(uint16_t) * rows * p->hidden_size);
     s->qkv = malloc(sizeof(uint16_t) * rows * (q_size + 2 * kv_size));
     s->attended = malloc(sizeof(uint16_t) * rows * q_size);
     s->projected = malloc(sizeof(uint16_t) * rows * p->hidden_size);
     s->gate_up = malloc(sizeof(uint16_t) * rows * 2 * p->intermediate_size);
     s->activated = malloc(sizeof(uint16_t) * rows * p->intermediate_size);
-    if (s->normed && s->qkv && s->attended && s->projected && s->gate_up && s->activated) return 0;
+    s->lora = malloc(sizeof(float) * (omp_get_max_threads() * s->lora_per_thread + 1));
+    s->zeros = calloc(deepest + 1, sizeof(uint16_t));
+    if (s->normed && s->qkv && s->attended && s->projected && s->gate_up && s->activated && s->lora && s->zeros)
+        return 0;
     free_scratch(s);
     return OUT_OF_MEMORY;
 }
 
-/* normed = RMSNorm(hidden); qkv; rotary of q and k; attention (writing the new K/V); o. */
-static int attention_block(const Program *p, const Layer *layer, const Step *step, uint16_t *hidden, int64_t rows,
+/* The products of a LoRA delta run in tiles of ROW_BLOCK rows by TILE columns over bfloat16
+ * rows (missing rows of a block read a row of zeros): a tile's sums stay in registers over the
+ * whole inner dimension, and each row of w is read once for all the tile's rows. */
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+
+/* Lanes 2c and 2c+1 of a pair of w's rows (i, i+1) are column c of each: the operand of VDPBF16PS,
+ * which adds x[i] w[i][c] + x[i+1] w[i+1][c] to lane c. */
+static inline __m512bh interleaved(__m256i first, __m256i second) {
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
+    return (__m512bh)_mm512_permutexvar_epi16(order, both);
+}
+
+/* A full-width tile: sums[r][0:TILE) = x[r] @ w[:, 0:TILE) for r < rows. */
+static void tile(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, float *sums) {
+    __m512 acc[ROW_BLOCK];
+    for (int r = 0; r < ROW_BLOCK; r++) acc[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 1 < k; i += 2) {
+        __m512bh pair = interleaved(_mm256_loadu_si256((const __m256i *)(w + i * n)),
+                                    _mm256_loadu_si256((const __m256i *)(w + (i + 1) * n)));
+        for (int r = 0; r < ROW_BLOCK; r++) {
+            uint32_t both;
+            memcpy(&both, x[r] + i, sizeof both);
+            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)both), pair);
+        }
+    }
+    if (i < k) {  /* an odd k: the last row of w, paired with zeros */
+        __m512bh pair = interleaved(_mm256_loadu_si256((const __m256i *)(w + i * n)), _mm256_setzero_si256());
+        for (int r = 0; r < ROW_BLOCK; r++)
+            acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)_mm512_set1_epi32((int)x[r][i]), pair);
+    }
+    for (int64_t r = 0; r < rows; r++) _mm512_storeu_ps(sums + r * n, acc[r]);
+}
+#else
+static void tile(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, float *sums) {
+    float acc[ROW_BLOCK][TILE] = {{0}};
+    for (int64_t i = 0; i < k; i++)
+        for (int r = 0; r < ROW_BLOCK; r++) {
+            float x_ri = bf16_to_float(x[r][i]);
+            for (int t = 0; t < TILE; t++) acc[r][t] += x_ri * bf16_to_float(w[i * n + t]);
+        }
+    for (int64_t r = 0; r < rows; r++)
+        for (int t = 0; t < TILE; t++) sums[r * n + t] = acc[r][t];
+}
+#endif
+
+/* The last columns, fewer than a tile: the same sums one by one. */
+static void edge_tile(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n, int64_t width,
+                      float *sums) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t t = 0; t < width; t++) {
+            float sum = 0.0f;
+            for (int64_t i = 0; i < k; i++) sum += bf16_to_float(x[r][i]) * bf16_to_float(w[i * n + t]);
+            sums[r * n + t] = sum;
+        }
+}
+
+/* sums[r][0..n) = x[r] @ w for r < rows: x the ROW_BLOCK rows (bfloat16, k long), w bfloat16
+ * [k, n] contiguous. */
+static void multiply_transposed(const uint16_t *const *x, int64_t rows, int64_t k, const uint16_t *w, int64_t n,
+                                float *sums) {
+    for (int64_t c0 = 0; c0 < n; c0 += TILE) {
+        if (n - c0 >= TILE)
+            tile(x, rows, k, w + c0, n, sums + c0);
+        else
+            edge_tile(x, rows, k, w + c0, n, n - c0, sums + c0);
+    }
+}
+
+/* float_to_bf16 without a branch (the same value, NaN included), so that the loops over a
+ * delta's columns vectorize. */
+static inline uint16_t round_to_bf16(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u), quiet = bits | 0x00400000u;
+    return (uint16_t)(((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded) >> 16);
+}
+
+/* y[0:rows] += the projection's delta for x's rows (at most ROW_BLOCK), rounded as torch's
+ * bfloat16 ops round them: the shrunk rows to bfloat16, each part's delta to bfloat16, then the
+ * sum. `zeros` is a row of zeros at least k and the rank long; `shrunk` holds ROW_BLOCK * rank
+ * bfloat16s, `sums` ROW_BLOCK * max(rank, the widest part) floats. */
+static void add_block_delta(const LoraProjection *lora, const uint16_t *x, int64_t x_stride, int64_t k,
+                            int64_t rows, uint16_t *y, int64_t y_stride, const uint16_t *zeros, uint16_t *shrunk,
+                            float *sums) {
+    int64_t rank = lora->rank;
+    const uint16_t *inputs[ROW_BLOCK], *middles[ROW_BLOCK];
+    for (int64_t r = 0; r < ROW_BLOCK; r++) inputs[r] = r < rows ? x + r * x_stride : zeros;
+    multiply_transposed(inputs, rows, k, lora->a_t, rank, sums);
+    for (int64_t i = 0; i < rows * rank; i++) shrunk[i] = round_to_bf16(sums[i]);
+    for (int64_t j = 0; j < lora->num_parts; j++) {
+        const LoraPart *part = &lora->parts[j];
+        int64_t n = part->out_features;
+        for (int64_t r = 0; r < ROW_BLOCK; r++) middles[r] = (r < rows ? shrunk + r * rank : zeros) + part->rank_start;
+        multiply_transposed(middles, rows, part->rank_stop - part->rank_start, part->b_t, n, sums);
+        for (int64_t r = 0; r < rows; r++) {
+            uint16_t *out = y + r * y_stride + part->column;
+            const float *delta = sums + r * n;
+            for (int64_t c = 0; c < n; c++)
+                out[c] = round_to_bf16(bf16_to_float(out[c]) + bf16_to_float(round_to_bf16(delta[c])));
+        }
+    }
+}
+
+static int64_t blocks_of(const LoraSegment *segment, int64_t layer, int which) {
+    if (segment->layers[layer].projections[which].rank == 0) return 0;
+    return (segment->stop - segment->start + ROW_BLOCK - 1) / ROW_BLOCK;
+}
+
+/* Every segment's delta of projection `which` of layer `layer` (x is its input, y its output),
+ * in blocks of ROW_BLOCK rows shared among the threads, each with its own scratch. */
+static void add_deltas(const Step *step, int64_t layer, int which, const uint16_t *x, int64_t x_stride, int64_t k,
+                       uint16_t *y, int64_t y_stride, Scratch *s) {
+    int64_t tasks = 0;
+    for (int64_t i = 0; i < step->num_segments; i++) tasks += blocks_of(&step->segments[i], layer, which);
+#pragma omp parallel for schedule(static) if (tasks > 1)
+    for (int64_t task = 0; task < tasks; task++) {
+        int64_t segment = 0, block = task;
+        while (block >= blocks_of(&step->segments[segment], layer, which))
+            block -= blocks_of(&step->segments[segment++], layer, which);
+        const LoraSegment *run = &step->segments[segment];
+        int64_t start = run->start + block * ROW_BLOCK;
+        int64_t rows = run->stop - start < ROW_BLOCK ? run->stop - start : ROW_BLOCK;
+        float *sums = s->lora + omp_get_thread_num() * s->lora_per_thread;
+        add_block_delta(&run->layers[layer].projections[which], x + start * x_stride, x_stride, k, rows,
+                        y + start * y_stride, y_stride, s->zeros, (uint16_t *)(sums + ROW_BLOCK * s->lora_widest),
+                        sums);
+    }
+}
+
+static int attention_block(const Program *p, int64_t index, const Step *step, uint16_t *hidden, int64_t rows,
                            Scratch *s) {
+    const Layer *layer = &p->layers[index];
     int64_t q_size = p->num_heads * p->head_dim, kv_size = p->num_kv_heads * p->head_dim;
     int64_t qkv_width = q_size + 2 * kv_size, H = p->hidden_size;
     p->norm(hidden, H, NULL, 0, layer->input_norm, p->eps, rows, H, s->normed, H);
     if (multiply(&layer->qkv, s->normed, H, rows, s->qkv)) return FAILED_MATMUL;
+    add_deltas(step, index, QKV, s->normed, H, H, s->qkv, qkv_width, s);
     p->rotary(s->qkv, qkv_width, rows, p->num_heads + p->num_kv_heads, p->head_dim, step->positions, p->cos_table,
               p->signed_sin_table);
     if (p->attention(s->qkv, qkv_width, s->qkv + q_size, qkv_width, s->qkv + q_size + kv_size, qkv_width,
@@ -105,33 +296,37 @@ static int attention_block(const Program *p, const Layer *layer, const Step *ste
                      step->table_width, step->rows, step->seq_lens, step->out_cache_loc, s->attended, (int)rows,
                      (int)p->num_heads, (int)p->num_kv_heads, (int)p->head_dim, p->scale, (int)p->split_keys))
         return FAILED_ATTENTION;
-    return multiply(&layer->o, s->attended, q_size, rows, s->projected) ? FAILED_MATMUL : 0;
+    if (multiply(&layer->o, s->attended, q_size, rows, s->projected)) return FAILED_MATMUL;
+    add_deltas(step, index, O, s->attended, q_size, q_size, s->projected, H, s);
+    return 0;
 }
 
 /* hidden += attention's output; normed = RMSNorm(hidden); gate_up; SiLU·mul; down; hidden += down. */
-static int mlp_block(const Program *p, const Layer *layer, uint16_t *hidden, int64_t rows, Scratch *s) {
+static int mlp_block(const Program *p, int64_t index, const Step *step, uint16_t *hidden, int64_t rows, Scratch *s) {
+    const Layer *layer = &p->layers[index];
     int64_t H = p->hidden_size, I = p->intermediate_size;
     p->norm(hidden, H, s->projected, H, layer->post_attention_norm, p->eps, rows, H, s->normed, H);
     if (multiply(&layer->gate_up, s->normed, H, rows, s->gate_up)) return FAILED_MATMUL;
+    add_deltas(step, index, GATE_UP, s->normed, H, H, s->gate_up, 2 * I, s);
     p->silu_mul(s->gate_up, 2 * I, rows, I, s->activated, I);
     if (multiply(&layer->down, s->activated, I, rows, s->projected)) return FAILED_MATMUL;
+    add_deltas(step, index, DOWN, s->activated, I, I, s->projected, H, s);
     for (int64_t i = 0; i < rows * H; i++)
         hidden[i] = float_to_bf16(bf16_to_float(hidden[i]) + bf16_to_float(s->projected[i]));
     return 0;
 }
 
 /* Every layer of `program` over `hidden` ([rows, hidden_size] bfloat16, contiguous, updated in
- * place). Returns 0, or a code: FAILED_MATMUL, FAILED_ATTENTION or OUT_OF_MEMORY plus nothing
+ * place), with the step's adapters' deltas added after each projection they adapt. Returns 0, or a code: FAILED_MATMUL, FAILED_ATTENTION or OUT_OF_MEMORY plus nothing
  * (the layer is not told: the step is lost either way). */
 int tercet_run_layers(const Program *program, const Step *step, uint16_t *hidden, int64_t rows) {
     if (rows <= 0) return 0;
     Scratch scratch;
-    if (allocate_scratch(program, rows, &scratch)) return OUT_OF_MEMORY;
+    if (allocate_scratch(program, step, rows, &scratch)) return OUT_OF_MEMORY;
     int failed = 0;
     for (int64_t i = 0; i < program->num_layers && !failed; i++) {
-        const Layer *layer = &program->layers[i];
-        failed = attention_block(program, layer, step, hidden, rows, &scratch);
-        if (!failed) failed = mlp_block(program, layer, hidden, rows, &scratch);
+        failed = attention_block(program, i, step, hidden, rows, &scratch);
+        if (!failed) failed = mlp_block(program, i, step, hidden, rows, &scratch);
     }
     free_scratch(&scratch);
     return failed;

@@ -13,6 +13,11 @@ parallelism, another backend) runs layer by layer as before.
 The descriptors of :mod:`tercet.model.native_calls` are the contract: a
 linear layer or attention backend in a plugin offers them to be part of the
 one call.
+
+A step serving LoRA adapters stays in the one call where the model's LoRA
+backend adds what the C runner adds (``native_equivalent``, the torch
+backend): each run of rows sharing an adapter is a segment whose A and B the
+runner reads in place (:func:`native_adapter`, made once per adapter).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+from dataclasses import dataclass
 
 import torch
 
+from tercet.lora.lora_model import PROJECTIONS
 from tercet.model.native_calls import NativeAttention
 from tercet.plugin_host.native_build import NativeBuildError, NativeSource, load_library
 
@@ -34,6 +41,8 @@ _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 BFLOAT16_CODE = 1
 FAILURES = {10: "a linear layer's kernel failed", 20: "the attention kernel failed",
             30: "out of memory for the step's scratch"}
+MAX_PARTS = 3  # of a fused projection (q, k and v)
+ORDER = tuple(PROJECTIONS)  # the projections of a _LoraLayer: as the C file's QKV, O, GATE_UP, DOWN
 
 
 class _Matmul(ctypes.Structure):
@@ -52,9 +61,65 @@ class _Program(ctypes.Structure):
                 ("head_dim", _I64), ("split_keys", _I64), ("cache_dtype", _I64), ("eps", _F), ("scale", _F)]
 
 
+class _LoraPart(ctypes.Structure):
+    _fields_ = [("b_t", _P), ("column", _I64), ("rank_start", _I64), ("rank_stop", _I64), ("out_features", _I64)]
+
+
+class _LoraProjection(ctypes.Structure):
+    _fields_ = [("a_t", _P), ("rank", _I64), ("num_parts", _I64), ("parts", _LoraPart * MAX_PARTS)]
+
+
+class _LoraLayer(ctypes.Structure):
+    _fields_ = [("projections", _LoraProjection * len(ORDER))]
+
+
+class _LoraSegment(ctypes.Structure):
+    _fields_ = [("start", _I64), ("stop", _I64), ("layers", ctypes.POINTER(_LoraLayer))]
+
+
 class _Step(ctypes.Structure):
     _fields_ = [("positions", _P), ("req_to_token", _P), ("rows", _P), ("seq_lens", _P), ("out_cache_loc", _P),
-                ("table_width", _I64)]
+                ("table_width", _I64), ("segments", ctypes.POINTER(_LoraSegment)), ("num_segments", _I64),
+                ("max_rank", _I64)]
+
+
+@dataclass(frozen=True)
+class NativeAdapter:
+    """An adapter's weights as the C runner reads them: per layer, each projection's A^T and B^Ts."""
+
+    layers: ctypes.Array  # of _LoraLayer, pointing into the adapter's tensors (which outlive it)
+    max_rank: int
+
+
+def _transposed_bfloat16(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` (``[out, in]``) is a view of a contiguous ``[in, out]`` bfloat16 tensor on the CPU."""
+    return tensor.dtype == torch.bfloat16 and tensor.device.type == "cpu" and tensor.t().is_contiguous()
+
+
+def _projection_of(weights) -> _LoraProjection | None:
+    parts = weights.parts
+    if len(parts) > MAX_PARTS or not all(_transposed_bfloat16(t) for t in (weights.lora_a, *(p.lora_b for p in parts))):
+        return None
+    described = [_LoraPart(part.lora_b.data_ptr(), part.column, part.rank_start, part.rank_stop,
+                           part.lora_b.shape[0]) for part in parts]
+    return _LoraProjection(weights.lora_a.data_ptr(), weights.lora_a.shape[0], len(parts),
+                           (_LoraPart * MAX_PARTS)(*described))
+
+
+def native_adapter(weights, num_layers: int) -> NativeAdapter | None:
+    """``weights`` (an :class:`tercet.lora.lora_linear.AdapterWeights`) for the C runner, made once and
+    kept on them; None where a tensor is not laid out as the runner reads it (the step then runs
+    layer by layer, through the LoRA backend)."""
+    if weights.native is None:
+        layers = (_LoraLayer * num_layers)()
+        for (layer, projection), projection_weights in weights.items():
+            described = _projection_of(projection_weights)
+            if described is None:
+                weights.native = False
+                return None
+            layers[layer].projections[ORDER.index(projection)] = described
+        weights.native = NativeAdapter(layers, max(w.lora_a.shape[0] for w in weights.values()))
+    return weights.native or None
 
 
 @functools.cache
@@ -109,6 +174,7 @@ class NativeLayers:
         self.layers = layers  # the ctypes array the program points into
         self.backend = backend
         self.keep_alive = keep_alive
+        self.adapter_steps = 0  # steps run with adapters' deltas added here (what tests check)
 
     @classmethod
     def build(cls, model, backend, kv_cache) -> NativeLayers | None:
@@ -133,13 +199,28 @@ class NativeLayers:
         )
         return cls(runner, program, array, backend, (model.rotary.cos_table, model.rotary.signed_sin_table))
 
-    def run(self, hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Every layer over ``hidden`` (``[T, hidden]`` bfloat16, contiguous), in place; returns it."""
+    def segments_of(self, lora_runs) -> list[tuple[int, int, NativeAdapter]] | None:
+        """The step's adapter runs as the C runner reads them; None where one cannot be (run layer by layer)."""
+        segments = []
+        for run in lora_runs:
+            adapter = native_adapter(run.weights, self.program.num_layers)
+            if adapter is None:
+                return None
+            segments.append((run.start, run.stop, adapter))
+        return segments
+
+    def run(self, hidden: torch.Tensor, positions: torch.Tensor, segments=()) -> torch.Tensor:
+        """Every layer over ``hidden`` (``[T, hidden]`` bfloat16, contiguous), in place; returns it.
+        ``segments`` (from :meth:`segments_of`) add their adapters' deltas after each projection."""
         req_to_token, rows, seq_lens, out_cache_loc = self.backend.native_step()
+        described = (_LoraSegment * max(len(segments), 1))(
+            *(_LoraSegment(start, stop, adapter.layers) for start, stop, adapter in segments))
         step = _Step(positions.data_ptr(), req_to_token.data_ptr(), rows.data_ptr(), seq_lens.data_ptr(),
-                     out_cache_loc.data_ptr(), req_to_token.stride(0))
+                     out_cache_loc.data_ptr(), req_to_token.stride(0), described, len(segments),
+                     max((adapter.max_rank for _, _, adapter in segments), default=0))
         failed = self.runner(ctypes.byref(self.program), ctypes.byref(step), hidden.data_ptr(), hidden.shape[0])
         if failed:
             raise RuntimeError(f"the native layer runner failed: {FAILURES.get(failed, failed)}")
+        self.adapter_steps += bool(segments)
         return hidden
 

@@ -63,6 +63,28 @@ def test_the_openai_routes_take_an_adapter_as_the_model(server):
     assert chat.status_code == 200 and chat.json()["model"] == "mlp"
 
 
+def test_the_messages_and_responses_routes_take_an_adapter_as_the_model(server):
+    base = httpx.get(server.base_url + "/v1/models").json()["data"][0]["id"]
+    messages = [{"role": "user", "content": "Say something about the sea"}]
+    texts = {}
+    for model in (base, "every"):
+        common = {"model": model, "temperature": 0, "max_tokens": NUM_NEW}
+        chat = httpx.post(server.base_url + "/v1/chat/completions", timeout=300, json={**common, "messages": messages})
+        anthropic = httpx.post(server.base_url + "/v1/messages", timeout=300, json={**common, "messages": messages})
+        responses = httpx.post(server.base_url + "/v1/responses", timeout=300, json={
+            "model": model, "temperature": 0, "max_output_tokens": NUM_NEW, "input": messages})
+        for answer in (chat, anthropic, responses):
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model"] == model
+        texts[model] = (chat.json()["choices"][0]["message"]["content"], anthropic.json()["content"][0]["text"],
+                        responses.json()["output"][0]["content"][0]["text"])
+        assert len(set(texts[model])) == 1, texts[model]  # the same generation through each protocol
+    assert texts["every"] != texts[base]
+    unknown = httpx.post(server.base_url + "/v1/messages", timeout=300, json={"model": "nope", "messages": messages,
+                                                                              "max_tokens": 2})
+    assert unknown.status_code == 404 and "every" in unknown.text
+
+
 @pytest.mark.parametrize("route, body", [
     ("/v1/completions", {"model": "nope", "prompt": "Hi", "max_tokens": 2}),
     ("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "Hi"}], "stream": True}),

@@ -13,6 +13,7 @@ import torch
 
 from tercet.model.native_layers import NativeLayers
 from tercet.plugins.linear_layers.block_matmul import load_block_matmul
+from tercet.testing.native_steps import hidden_and_cache, rows_with_pages
 from tercet.testing.runner_factory import model_runner_for
 
 pytestmark = pytest.mark.skipif(load_block_matmul() is None, reason="the block kernel does not run on this CPU")
@@ -23,33 +24,6 @@ PAGE = 4
 def runner(tiny_llama_dir):
     return model_runner_for(tiny_llama_dir, dtype="bfloat16", quantization="q4_1", native_kernels=True,
                             max_total_tokens=256, page_size=PAGE, max_running_requests=4)
-
-
-def _rows(runner, lengths: list[int]) -> list[int]:
-    rows = []
-    for length in lengths:
-        row = runner.req_to_token_pool.alloc()
-        runner.req_to_token_pool.assign_pages(row, 0, runner.page_allocator.alloc(-(-length // PAGE)), PAGE)
-        rows.append(row)
-    return rows
-
-
-def _hidden_and_cache(runner, batch, one_call: bool):
-    model = runner.model
-    saved = model.native_layers
-    if not one_call:
-        model.native_layers = None
-    caches = [buffer.clone() for buffer in (*runner.kv_cache.k_buffers, *runner.kv_cache.v_buffers)]
-    try:
-        with torch.inference_mode():
-            runner.attention_backend.prepare(batch, runner.req_to_token_pool.table)
-            hidden = model.hidden_states(batch).clone()
-        written = [buffer.clone() for buffer in (*runner.kv_cache.k_buffers, *runner.kv_cache.v_buffers)]
-    finally:
-        model.native_layers = saved
-        for buffer, before in zip((*runner.kv_cache.k_buffers, *runner.kv_cache.v_buffers), caches):
-            buffer.copy_(before)
-    return hidden, written
 
 
 def test_the_default_cpu_model_runs_its_layers_in_one_call(runner):
@@ -63,7 +37,7 @@ def test_the_default_cpu_model_runs_its_layers_in_one_call(runner):
 ])
 def test_one_call_equals_the_layers_one_by_one(runner, prefixes, new_lengths):
     generator = torch.Generator().manual_seed(sum(prefixes) + sum(new_lengths))
-    rows = _rows(runner, [prefix + new for prefix, new in zip(prefixes, new_lengths)])
+    rows = rows_with_pages(runner, [prefix + new for prefix, new in zip(prefixes, new_lengths)], PAGE)
     try:
         tokens = [torch.randint(0, 1000, (new,), generator=generator).tolist() for new in new_lengths]
         # Fill the cached prefixes by a first step, then compare the step over them.
@@ -75,8 +49,8 @@ def test_one_call_equals_the_layers_one_by_one(runner, prefixes, new_lengths):
                 runner.attention_backend.prepare(warm, runner.req_to_token_pool.table)
                 runner.model.hidden_states(warm)
         batch = runner.build_batch(rows, prefixes, tokens)
-        one_call, one_call_cache = _hidden_and_cache(runner, batch, one_call=True)
-        by_layer, by_layer_cache = _hidden_and_cache(runner, batch, one_call=False)
+        one_call, one_call_cache = hidden_and_cache(runner, batch, one_call=True)
+        by_layer, by_layer_cache = hidden_and_cache(runner, batch, one_call=False)
         assert torch.equal(one_call, by_layer)
         for mine, theirs in zip(one_call_cache, by_layer_cache):
             assert torch.equal(mine, theirs)
