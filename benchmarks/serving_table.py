@@ -13,12 +13,18 @@ shell command that starts a server on ``$PORT`` (its ``-np``/slots from
 when healthy (idle) and every 0.25 s during each load (peak). The markdown
 table goes to stdout; progress and server logs to stderr
 and to files next to ``--json-out``.
+
+On a shared machine one pass can land in a slow spell for one system and not
+another. ``--rounds N`` runs the systems in turn N times (A, B, C, A, B, C, ...,
+a fresh server each time) and the table shows each figure's median over the
+rounds; every round's figures are in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import signal
 import socket
@@ -133,20 +139,58 @@ def bench(base_url: str, concurrency: int, num_prompts: int, input_len: int, out
     return json.loads(completed.stdout)
 
 
-def markdown_table(results: dict[str, dict[int, dict]], concurrencies: list[int]) -> str:
+def median_row(rounds: list[dict]) -> dict:
+    """Each numeric figure's median over a system's rounds at one concurrency (or of its server)."""
+    return {key: statistics.median(r[key] for r in rounds) for key, value in rounds[0].items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+def markdown_table(results: dict[str, list[dict]], concurrencies: list[int]) -> str:
     header = "| system | start-up s | idle PSS MiB | " + " | ".join(
         f"c={c}: out tok/s | c={c}: TTFT p50 ms | c={c}: ITL p50 ms | c={c}: peak PSS MiB" for c in concurrencies
     ) + " |"
     lines = [header, "|---" * (3 + 4 * len(concurrencies)) + "|"]
-    for system, by_concurrency in results.items():
-        server = by_concurrency["server"]
+    for system, rounds in results.items():
+        rounds = [r for r in rounds if all(c in r for c in concurrencies)]
+        if not rounds:
+            continue
+        server = median_row([r["server"] for r in rounds])
         cells = [f"{server['startup_s']:.1f}", f"{server['idle_pss_bytes'] / 2**20:.0f}"]
         for concurrency in concurrencies:
-            row = by_concurrency[concurrency]
+            row = median_row([r[concurrency] for r in rounds])
             cells += [f"{row['output_tokens_per_s']:.1f}", f"{row['p50_ttft_ms']:.0f}", f"{row['p50_itl_ms']:.1f}",
                       f"{row['peak_pss_bytes'] / 2**20:.0f}"]
         lines.append(f"| {system} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def run_system(system: str, concurrencies: list[int], arguments: argparse.Namespace, log_path: Path,
+               figures: dict, save) -> None:
+    """One round of one system: a fresh server, each concurrency in turn, into ``figures`` by
+    concurrency (``save()`` after each, so a run cut short keeps what it measured)."""
+    name = system.partition("=")[0]
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    print(f"[table] starting {name} (log {log_path})", file=sys.stderr)
+    started = time.monotonic()
+    process = start_server(system, port, max(concurrencies), log_path)
+    try:
+        wait_until_healthy(base_url, process)
+        figures["server"] = {"startup_s": time.monotonic() - started, "idle_pss_bytes": session_pss(process.pid)}
+        for concurrency in concurrencies:
+            num_prompts = max(8, arguments.prompts_per_slot * concurrency)
+            print(f"[table] {name}: concurrency {concurrency}, {num_prompts} requests", file=sys.stderr)
+            with PeakPss(process.pid) as pss:
+                row = bench(base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len,
+                            ignore_eos=name not in arguments.no_ignore_eos)
+            row["peak_pss_bytes"] = pss.peak
+            figures[concurrency] = row
+            print(f"[table] {name} c={concurrency}: {row['output_tokens_per_s']:.1f} out tok/s, "
+                  f"ITL p50 {row['p50_itl_ms']:.1f} ms, {row['total_output_tokens']} output tokens, "
+                  f"failed {row['failed']}, peak PSS {pss.peak / 2**20:.0f} MiB", file=sys.stderr)
+            save()
+    finally:
+        stop(process)
 
 
 def main() -> int:
@@ -160,39 +204,31 @@ def main() -> int:
     parser.add_argument("--json-out", type=Path, required=True)
     parser.add_argument("--no-ignore-eos", action="append", default=[], metavar="NAME",
                         help="a system that rejects ignore_eos (transformers serve): its requests may end at EOS")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the systems in turn this many times; the table shows medians")
     arguments = parser.parse_args()
     # A SIGTERM (a time limit's) unwinds like an exception, so the server running is stopped, not left behind.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     concurrencies = arguments.concurrency or [1, 8, 32]
-    results: dict[str, dict[int, dict]] = {}
-    for system in arguments.system:
-        name = system.partition("=")[0]
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        log_path = arguments.json_out.with_name(f"{name}.log")
-        print(f"[table] starting {name} (log {log_path})", file=sys.stderr)
-        started = time.monotonic()
-        process = start_server(system, port, max(concurrencies), log_path)
-        try:
-            wait_until_healthy(base_url, process)
-            results[name] = {"server": {"startup_s": time.monotonic() - started,
-                                        "idle_pss_bytes": session_pss(process.pid)}}
-            for concurrency in concurrencies:
-                num_prompts = max(8, arguments.prompts_per_slot * concurrency)
-                print(f"[table] {name}: concurrency {concurrency}, {num_prompts} requests", file=sys.stderr)
-                with PeakPss(process.pid) as pss:
-                    results[name][concurrency] = bench(
-                        base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len,
-                        ignore_eos=name not in arguments.no_ignore_eos,
-                    )
-                row = results[name][concurrency]
-                row["peak_pss_bytes"] = pss.peak
-                print(f"[table] {name} c={concurrency}: {row['output_tokens_per_s']:.1f} out tok/s, "
-                      f"ITL p50 {row['p50_itl_ms']:.1f} ms, {row['total_output_tokens']} output tokens, "
-                      f"failed {row['failed']}, peak PSS {pss.peak / 2**20:.0f} MiB", file=sys.stderr)
-                arguments.json_out.write_text(json.dumps(results, indent=2))
-        finally:
-            stop(process)
+    results: dict[str, list[dict]] = {system.partition("=")[0]: [] for system in arguments.system}
+
+    def save() -> None:
+        arguments.json_out.write_text(json.dumps(results, indent=2))
+
+    for round_index in range(arguments.rounds):
+        for system in arguments.system:
+            name = system.partition("=")[0]
+            figures: dict = {}
+            results[name].append(figures)
+            suffix = f".round{round_index + 1}" if arguments.rounds > 1 else ""
+            try:
+                run_system(system, concurrencies, arguments, arguments.json_out.with_name(f"{name}{suffix}.log"),
+                           figures, save)
+            except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as error:
+                # One system failing (a peer that did not start) does not lose the others' rounds.
+                print(f"[table] {name} round {round_index + 1} failed: {error}", file=sys.stderr)
+                figures["error"] = str(error)
+                save()
     print(markdown_table(results, concurrencies))
     return 0
 
