@@ -187,13 +187,14 @@ static inline __attribute__((always_inline)) void attend_heads_avx512(
         }
     for (int64_t start = first; start < last; start += BLOCK) {
         int count = last - start < BLOCK ? (int)(last - start) : BLOCK;
-        /* The next block's rows are scattered over pages: ask for them while this block computes. */
+        /* The next block's rows are scattered over pages: ask for them while this block computes, into
+         * L2 (T1): on Zen 4, 32 rows of 256-1024 tokens took 0.7-0.8x the time of asking into L1. */
         const int64_t next_count = last - start - BLOCK < BLOCK ? last - start - BLOCK : BLOCK;
         for (int64_t j = 0; j < next_count; j++) {
             int64_t row = (slots[start + BLOCK + j] * num_kv_heads + first_head) * head_dim * element;
             for (int64_t byte = 0; byte < (int64_t)heads * head_dim * element; byte += 64) {
-                _mm_prefetch((const char *)k_cache + row + byte, _MM_HINT_T0);
-                _mm_prefetch((const char *)v_cache + row + byte, _MM_HINT_T0);
+                _mm_prefetch((const char *)k_cache + row + byte, _MM_HINT_T1);
+                _mm_prefetch((const char *)v_cache + row + byte, _MM_HINT_T1);
             }
         }
         for (int h = 0; h < heads; h++) {
