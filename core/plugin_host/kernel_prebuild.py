@@ -34,6 +34,7 @@ CORE_KERNELS = (
     ("tercet.model", "native_layers.c", "native_layers", ()),
     ("tercet.model", "cpu_fused_ops.c", "cpu_fused_ops", ()),
     ("tercet.plugins.linear_layers", "block_matmul.c", "block_matmul", ()),
+    ("tercet.plugins.linear_layers", "few_rows_f32.c", "few_rows_f32", ()),
 )
 # The decode attention is compiled per shape: every shape with a fast path
 # (tercet.plugins.paged_cpu_attention.build.source_for).

@@ -72,6 +72,10 @@ def test_padding_rows_write_only_the_scratch_slot(graphed_runner):
     driver.step(None, *sequences)  # 4 sequences fill the bucket of 4
     scratch = runner.decode_graphs.scratch_slot
     assert scratch == runner.num_pages * runner.page_size  # past every page the allocator hands out
+    # The captures wrote a padding row's K there already, and a batch-invariant kernel writes the same bits again:
+    # a value no step computes makes the padding row's write visible.
+    for buffer in runner.kv_cache.k_buffers:
+        buffer[scratch] = 1234.5
     before = [buffer.clone() for buffer in runner.kv_cache.k_buffers]
     # 3 of them in the same bucket: the fourth row is padding now, and must not write where its sequence's K/V went.
     driver.step(None, *sequences[:3])

@@ -10,6 +10,7 @@ import pytest
 import tercet.model.fused_ops as fused_ops
 import tercet.model.native_layers as native_layers
 import tercet.plugins.linear_layers.block_matmul as block_matmul
+import tercet.plugins.linear_layers.few_rows_f32 as few_rows_f32
 from tercet.plugin_api import AttentionLayout
 from tercet.plugin_host import kernel_prebuild, native_build
 from tercet.plugins.paged_cpu_attention import build as attention_build
@@ -39,12 +40,12 @@ def _runtime_sources() -> list[native_build.NativeSource]:
         for head_dim in attention_build.SPECIALIZED_HEAD_DIMS
         for group in range(1, attention_build.MAX_SPECIALIZED_GROUP + 1)
     ]
-    return [native_layers.SOURCE, fused_ops.SOURCE, block_matmul.SOURCE, *attention]
+    return [native_layers.SOURCE, fused_ops.SOURCE, block_matmul.SOURCE, few_rows_f32.SOURCE, *attention]
 
 
 def test_the_install_step_builds_every_kernel_the_runtime_loads_under_the_name_it_looks_for():
     runtime_names = {native_build.prebuilt_path(source).name for source in _runtime_sources()}
-    assert len(runtime_names) == 3 + 16  # one per core kernel, one per attention shape
+    assert len(runtime_names) == 4 + 16  # one per core kernel, one per attention shape
     assert runtime_names == _install_names()
 
 

@@ -1,11 +1,95 @@
+import logging
+
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from tercet.plugin_api import LinearTarget
-from tercet.plugins.linear_layers.few_rows_f32 import MAX_ROWS, FewRowsLinear, can_use
+from tercet.plugin_host import native_build
+from tercet.plugins.linear_layers import few_rows_f32
+from tercet.plugins.linear_layers.few_rows_f32 import (
+    KERNEL_MAX_ROWS,
+    MAX_ROWS,
+    PORTABLE_SOURCE,
+    SOURCE,
+    FewRowsLinear,
+    bind_kernel,
+    can_use,
+)
 from tercet.plugins.linear_layers.methods import DenseLinearMethod
+
+BUILDS = {"portable": PORTABLE_SOURCE, "vectorized": SOURCE}
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def kernel(request):
+    library = native_build.load_library(BUILDS[request.param])
+    if request.param == "vectorized" and not library.tercet_few_rows_f32_vectorized():
+        pytest.skip("this CPU has no AVX-512")
+    return bind_kernel(library)
+
+
+def _run(kernel, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape[0], weight.shape[0])
+    status = kernel(x.data_ptr(), x.stride(0), x.shape[0], x.shape[1], weight.data_ptr(), weight.shape[0],
+                    out.data_ptr(), out.stride(0))
+    assert status == 0
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, KERNEL_MAX_ROWS),
+    outputs=st.integers(1, 150),  # past two chunks of 64, and every remainder of a group of outputs
+    inputs=st.integers(1, 100),  # not only multiples of 16: the last 16 are masked
+    seed=st.integers(0, 2**16),
+)
+def test_the_kernel_equals_a_float64_product_within_float32_rounding(kernel, rows, outputs, inputs, seed):
+    generator = torch.Generator().manual_seed(seed)
+    x, weight = torch.randn(rows, inputs, generator=generator), torch.randn(outputs, inputs, generator=generator)
+    got = _run(kernel, x, weight)
+    expected = x.double() @ weight.double().t()
+    # Each sum's error is at most (terms) float32 roundings of the sum of the terms' magnitudes.
+    bound = (x.double().abs() @ weight.double().abs().t()) * inputs * 2**-24
+    assert ((got.double() - expected).abs() <= bound + 1e-30).all()
+
+
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(kernel):
+    torch.manual_seed(1)
+    weight, x = torch.randn(130, 200), torch.randn(KERNEL_MAX_ROWS, 200)
+    together = _run(kernel, x, weight)
+    for r in range(KERNEL_MAX_ROWS):
+        assert torch.equal(_run(kernel, x[r:r + 1], weight)[0], together[r])
+    # rows of a wider tensor (a view with a row stride past its width) give the same
+    wide = torch.randn(KERNEL_MAX_ROWS, 256)
+    wide[:, :200] = x
+    assert torch.equal(_run(kernel, wide[:, :200], weight), together)
+
+
+def test_the_kernel_refuses_a_row_count_it_has_no_path_for(kernel):
+    weight, out = torch.randn(4, 16), torch.empty(KERNEL_MAX_ROWS + 1, 4)
+    for rows in (0, KERNEL_MAX_ROWS + 1):
+        x = torch.randn(max(rows, 1), 16)
+        assert kernel(x.data_ptr(), 16, rows, 16, weight.data_ptr(), 4, out.data_ptr(), 4) == 1
+
+
+def test_without_the_kernel_the_layer_keeps_torchs_products_and_says_why(monkeypatch, caplog, tmp_path):
+    monkeypatch.setattr(native_build, "PREBUILT_DIR", tmp_path)  # as if installed without a compiler
+    monkeypatch.setenv("TERCET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", "")
+    with caplog.at_level(logging.WARNING):
+        assert few_rows_f32.load_kernel.__wrapped__() is None
+    assert "float32 layers at few rows run on torch's kernels: no C compiler found" in caplog.text
+    monkeypatch.setattr(few_rows_f32, "load_kernel", lambda: None)
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 200)
+    x = torch.randn(3, 96)
+    with torch.inference_mode():
+        torch.testing.assert_close(_few_rows(linear)(x), linear(x), rtol=1e-5, atol=1e-5)
 
 
 def _few_rows(linear: nn.Linear) -> FewRowsLinear:
@@ -15,7 +99,7 @@ def _few_rows(linear: nn.Linear) -> FewRowsLinear:
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("rows", [1, 2, 5, MAX_ROWS, MAX_ROWS + 1, 40])
+@pytest.mark.parametrize("rows", [1, 2, 5, MAX_ROWS, MAX_ROWS + 1, KERNEL_MAX_ROWS, KERNEL_MAX_ROWS + 1, 40])
 def test_matches_f_linear_to_float32_rounding(bias, rows):
     torch.manual_seed(0)
     linear = nn.Linear(96, 200, bias=bias)
@@ -24,8 +108,8 @@ def test_matches_f_linear_to_float32_rounding(bias, rows):
         got, expected = _few_rows(linear)(x), linear(x)
     assert got.shape == expected.shape and got.is_contiguous()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    if rows > MAX_ROWS:
-        assert torch.equal(got, expected)  # F.linear itself past MAX_ROWS
+    if rows > max(MAX_ROWS, KERNEL_MAX_ROWS):
+        assert torch.equal(got, expected)  # F.linear itself past both
 
 
 def test_keeps_leading_dimensions_and_an_empty_input():
