@@ -75,7 +75,10 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer.loading import load_tokenizer
 
+    from tercet.model.cpu_threads import same_results_at_any_thread_count
+
     config = context.config
+    same_results_at_any_thread_count()  # the thread count follows the free cores (model.cpu_threads)
     with ThreadPoolExecutor(1, thread_name_prefix="tercet-tokenizer-ahead") as ahead:
         # The tokenizer (it decodes output tails to detect stop strings) loads while the weights do.
         tokenizer = ahead.submit(load_tokenizer, config.model.path)

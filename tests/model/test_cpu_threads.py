@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -89,3 +91,30 @@ def test_the_real_readings_are_seconds_of_this_machine():
     assert first is not None and second is not None
     assert second.own_s > first.own_s and second.at_s > first.at_s
     assert second.cores_busy_s >= first.cores_busy_s
+
+
+# Run in a fresh process: MKL reads its mode at its first matmul.
+_MATMULS_AT_ONE_AND_TWO_THREADS = """
+import os, sys
+os.environ.pop("MKL_CBWR", None)
+from tercet.model.cpu_threads import same_results_at_any_thread_count
+same_results_at_any_thread_count()
+import torch, torch.nn.functional as F
+torch.manual_seed(0)
+different = []
+for rows, k, n in ((8, 384, 1152), (128, 1536, 576), (3, 576, 1536)):
+    x, w, b = torch.randn(rows, k), torch.randn(n, k), torch.randn(n)
+    results = []
+    for threads in (2, 1):
+        torch.set_num_threads(threads)
+        results.append(F.linear(x, w, b))
+    if not torch.equal(*results):
+        different.append((rows, k, n))
+print(os.environ["MKL_CBWR"], different)
+"""
+
+
+def test_matmuls_give_the_same_bits_at_one_thread_and_at_two():
+    done = subprocess.run([sys.executable, "-c", _MATMULS_AT_ONE_AND_TWO_THREADS], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split("\n")[0] == "AUTO,STRICT []"
