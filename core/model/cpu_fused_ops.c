@@ -12,43 +12,45 @@
  *
  * Every row is computed alone: a row's result does not depend on its batch. Rows are spread
  * over OpenMP threads only when there are enough of them to pay for waking the threads.
+ *
+ * Built a second time with -DTERCET_FLOAT32_ACTIVATIONS for float32 models (tercet_activation.h):
+ * the same steps with no rounding between them, for the one-call runner of float32 steps.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "tercet_bfloat16.h"
+#include "tercet_activation.h"
 #include "tercet_exp.h"
 
 #define PARALLEL_FROM_ROWS 8
 
-static inline float round_bf16(float value) { return bf16_to_float(float_to_bf16(value)); }
-
-static void rms_norm_row(const uint16_t *x, const uint16_t *weight, float eps, int64_t width, uint16_t *out) {
+static void rms_norm_row(const activation_t *x, const activation_t *weight, float eps, int64_t width,
+                         activation_t *out) {
     float squares = 0.0f;
 #pragma omp simd reduction(+ : squares)
     for (int64_t i = 0; i < width; i++) {
-        float value = bf16_to_float(x[i]);
+        float value = load_activation(x[i]);
         squares += value * value;
     }
     float scale = 1.0f / sqrtf(squares / (float)width + eps);
 #pragma omp simd
     for (int64_t i = 0; i < width; i++)
-        out[i] = float_to_bf16(bf16_to_float(weight[i]) * round_bf16(bf16_to_float(x[i]) * scale));
+        out[i] = store_activation(load_activation(weight[i]) * round_activation(load_activation(x[i]) * scale));
 }
 
 /* hidden += addend (rounded to bfloat16, when addend is not NULL); out = RMSNorm(hidden) · weight.
  * hidden, addend and out are [rows, width] with their own row strides. */
-void tercet_add_rms_norm(uint16_t *hidden, int64_t hidden_stride, const uint16_t *addend, int64_t addend_stride,
-                         const uint16_t *weight, float eps, int64_t rows, int64_t width, uint16_t *out,
+void tercet_add_rms_norm(activation_t *hidden, int64_t hidden_stride, const activation_t *addend, int64_t addend_stride,
+                         const activation_t *weight, float eps, int64_t rows, int64_t width, activation_t *out,
                          int64_t out_stride) {
 #pragma omp parallel for schedule(static) if (rows >= PARALLEL_FROM_ROWS)
     for (int64_t r = 0; r < rows; r++) {
-        uint16_t *x = hidden + r * hidden_stride;
+        activation_t *x = hidden + r * hidden_stride;
         if (addend) {
-            const uint16_t *a = addend + r * addend_stride;
+            const activation_t *a = addend + r * addend_stride;
 #pragma omp simd
-            for (int64_t i = 0; i < width; i++) x[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(a[i]));
+            for (int64_t i = 0; i < width; i++) x[i] = store_activation(load_activation(x[i]) + load_activation(a[i]));
         }
         rms_norm_row(x, weight, eps, width, out + r * out_stride);
     }
@@ -65,43 +67,44 @@ static inline float silu(float g) {
 #define SILU_CHUNK 256
 
 /* out = SiLU(gate) · up, where each row of gate_up is [gate (width) | up (width)]. */
-void tercet_silu_mul(const uint16_t *gate_up, int64_t gate_up_stride, int64_t rows, int64_t width, uint16_t *out,
-                     int64_t out_stride) {
+void tercet_silu_mul(const activation_t *gate_up, int64_t gate_up_stride, int64_t rows, int64_t width,
+                     activation_t *out, int64_t out_stride) {
 #pragma omp parallel for schedule(static) if (rows >= PARALLEL_FROM_ROWS)
     for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *gate = gate_up + r * gate_up_stride, *up = gate + width;
-        uint16_t *o = out + r * out_stride;
+        const activation_t *gate = gate_up + r * gate_up_stride, *up = gate + width;
+        activation_t *o = out + r * out_stride;
         for (int64_t start = 0; start < width; start += SILU_CHUNK) {
             int64_t count = width - start < SILU_CHUNK ? width - start : SILU_CHUNK;
             float activated[SILU_CHUNK];
-            for (int64_t i = 0; i < count; i++) activated[i] = bf16_to_float(gate[start + i]);
+            for (int64_t i = 0; i < count; i++) activated[i] = load_activation(gate[start + i]);
 #pragma omp simd
             for (int64_t i = 0; i < count; i++) activated[i] = silu(activated[i]);
             for (int64_t i = 0; i < count; i++)
-                o[start + i] = float_to_bf16(round_bf16(activated[i]) * bf16_to_float(up[start + i]));
+                o[start + i] = store_activation(round_activation(activated[i]) * load_activation(up[start + i]));
         }
     }
 }
 
 /* Rotate, in place, the first `heads` heads (q then k) of each row of x by the rotate-half
  * convention: x · cos + swap(x) · signed_sin, with the tables' rows at each token's position. */
-void tercet_rotary(uint16_t *x, int64_t x_stride, int64_t rows, int64_t heads, int64_t head_dim,
-                   const int64_t *positions, const uint16_t *cos_table, const uint16_t *signed_sin_table) {
+void tercet_rotary(activation_t *x, int64_t x_stride, int64_t rows, int64_t heads, int64_t head_dim,
+                   const int64_t *positions, const activation_t *cos_table, const activation_t *signed_sin_table) {
     int64_t half = head_dim / 2;
 #pragma omp parallel for schedule(static) if (rows >= PARALLEL_FROM_ROWS)
     for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *cos = cos_table + positions[r] * head_dim, *sin = signed_sin_table + positions[r] * head_dim;
+        const activation_t *cos = cos_table + positions[r] * head_dim;
+        const activation_t *sin = signed_sin_table + positions[r] * head_dim;
         for (int64_t h = 0; h < heads; h++) {
-            uint16_t *v = x + r * x_stride + h * head_dim;
+            activation_t *v = x + r * x_stride + h * head_dim;
 #pragma omp simd
             for (int64_t i = 0; i < half; i++) {
-                float first = bf16_to_float(v[i]), second = bf16_to_float(v[i + half]);
-                float new_first = round_bf16(first * bf16_to_float(cos[i])) +
-                                  round_bf16(second * bf16_to_float(sin[i]));
-                float new_second = round_bf16(second * bf16_to_float(cos[i + half])) +
-                                   round_bf16(first * bf16_to_float(sin[i + half]));
-                v[i] = float_to_bf16(new_first);
-                v[i + half] = float_to_bf16(new_second);
+                float first = load_activation(v[i]), second = load_activation(v[i + half]);
+                float new_first = round_activation(first * load_activation(cos[i])) +
+                                  round_activation(second * load_activation(sin[i]));
+                float new_second = round_activation(second * load_activation(cos[i + half])) +
+                                   round_activation(first * load_activation(sin[i + half]));
+                v[i] = store_activation(new_first);
+                v[i + half] = store_activation(new_second);
             }
         }
     }

@@ -19,6 +19,10 @@ from tercet.plugin_host.native_build import NativeBuildError, NativeSource, load
 logger = logging.getLogger(__name__)
 
 SOURCE = NativeSource(__package__, "cpu_fused_ops.c", "cpu_fused_ops")
+# The same steps over float32, for the one-call runner of a float32 model's few-row steps only
+# (tercet.model.native_layers): layer by layer, float32 keeps torch's ops.
+FLOAT32_SOURCE = NativeSource(__package__, "cpu_fused_ops.c", "cpu_fused_ops_f32",
+                              (*SOURCE.flags, "-DTERCET_FLOAT32_ACTIVATIONS"))
 _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 
@@ -29,7 +33,8 @@ def _rows(tensor: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class CpuFusedOps:
-    """The C functions, over bfloat16 tensors whose last dimension is contiguous."""
+    """The C functions, over tensors of the library's dtype (bfloat16, or float32 for
+    :data:`FLOAT32_SOURCE`) whose last dimension is contiguous."""
 
     def __init__(self, library: ctypes.CDLL):
         self.library = library
@@ -81,16 +86,30 @@ class CpuFusedOps:
 
 
 @functools.cache
-def _loaded() -> CpuFusedOps | None:
+def _loaded(source: NativeSource, otherwise: str) -> CpuFusedOps | None:
+    """The steps of ``source``, or None where they cannot be built (the log says why, and ``otherwise``)."""
     try:
-        return CpuFusedOps(load_library(SOURCE))
+        return CpuFusedOps(load_library(source))
     except NativeBuildError as error:
-        logger.warning("the model's norms, SiLU and rotary run as torch ops: %s", error)
+        logger.warning("%s: %s", otherwise, error)
         return None
+
+
+def float32_fused_ops() -> CpuFusedOps | None:
+    """The steps over float32 rows, or None where they cannot be built."""
+    return _loaded(FLOAT32_SOURCE, "a float32 model's steps run layer by layer")
 
 
 def cpu_fused_ops_for(device: torch.device, dtype: torch.dtype, allowed: bool) -> CpuFusedOps | None:
     """The fused ops for a model on ``device`` in ``dtype``, or None where torch's ops run."""
     if not allowed or device.type != "cpu" or dtype != torch.bfloat16:
         return None
-    return _loaded()
+    return _loaded(SOURCE, "the model's norms, SiLU and rotary run as torch ops")
+
+
+def runner_steps_for(device: torch.device, dtype: torch.dtype, allowed: bool) -> CpuFusedOps | None:
+    """The steps the one-call layer runner calls for a model on ``device`` in ``dtype`` (bfloat16's
+    fused ops, or their float32 build), or None: no one call."""
+    if allowed and device.type == "cpu" and dtype == torch.float32:
+        return float32_fused_ops()
+    return cpu_fused_ops_for(device, dtype, allowed)

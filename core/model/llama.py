@@ -224,13 +224,16 @@ class LlamaForCausalLM(nn.Module):
         self.attention_backend: AttentionBackend | None = None
         self.kv_cache: PagedKVCache | None = None
         self.fused_ops: CpuFusedOps | None = None
+        self.runner_steps: CpuFusedOps | None = None
         self.native_layers: NativeLayers | None = None
         # Whether the one-call runner may add LoRA adapters' deltas (set by tercet.lora.lora_model).
         self.native_lora = False
 
-    def use_fused_ops(self, fused_ops: CpuFusedOps | None) -> None:
-        """Run each layer's norms, SiLU·mul and rotary on ``fused_ops`` (None: torch's ops)."""
+    def use_fused_ops(self, fused_ops: CpuFusedOps | None, runner_steps: CpuFusedOps | None = None) -> None:
+        """Run each layer's norms, SiLU·mul and rotary on ``fused_ops`` (None: torch's ops); the
+        one-call runner's on ``runner_steps`` (None: no one call)."""
         self.fused_ops = fused_ops
+        self.runner_steps = runner_steps
         for layer in self.model.layers:
             layer.fused = layer.self_attn.fused = layer.mlp.fused = fused_ops
             layer.self_attn.rotary = self.rotary
@@ -266,17 +269,18 @@ class LlamaForCausalLM(nn.Module):
         # The fused path rotates from the tables by position itself.
         cos, signed_sin = (None, None) if self.fused_ops is not None else self.rotary.cos_sin(batch.positions)
         hidden = self.embed(batch.input_ids)
-        segments = self._native_segments(batch.lora_runs)
+        segments = self._native_segments(batch.lora_runs, batch.num_tokens)
         if segments is not None:
             return self.native_layers.run(hidden.contiguous(), batch.positions, segments)
         for layer in self.model.layers:
             hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
         return hidden
 
-    def _native_segments(self, lora_runs) -> list | None:
+    def _native_segments(self, lora_runs, num_tokens: int) -> list | None:
         """The step's adapter segments for the one-call runner ([] with none); None: run layer by layer
-        (no runner, or adapters whose deltas it cannot add: they go through the LoRA backend)."""
-        if self.native_layers is None:
+        (no runner, more tokens than it takes, or adapters whose deltas it cannot add: they go through
+        the LoRA backend)."""
+        if self.native_layers is None or not self.native_layers.takes(num_tokens):
             return None
         if not lora_runs:
             return []

@@ -30,7 +30,7 @@ from tercet.model.components import ModelComponents
 from tercet.model.decode_graphs import CudaGraphCapturer, DecodeGraphs
 from tercet.model.determinism import require_batch_invariant_layers
 from tercet.model.forward_batch import ForwardBatch
-from tercet.model.fused_ops import cpu_fused_ops_for
+from tercet.model.fused_ops import cpu_fused_ops_for, runner_steps_for
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.native_layers import load_layers_runner
@@ -168,7 +168,9 @@ class ModelRunner:
         report = self.architecture.load_weights(model, checkpoint, self.linear_methods)
         model.eval().requires_grad_(False)
         if hasattr(model, "use_fused_ops"):  # a Llama-family decoder (another architecture may lack them)
-            model.use_fused_ops(cpu_fused_ops_for(self.device, self.dtype, self.linear_methods.native_kernels))
+            allowed = self.linear_methods.native_kernels
+            model.use_fused_ops(cpu_fused_ops_for(self.device, self.dtype, allowed),
+                                runner_steps_for(self.device, self.dtype, allowed))
         return_freed_memory()
         return model, report
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class NativeMatmul:
     """A linear layer as a C function: ``int f(x, x_stride, rows, k, weights, kind, n, y, y_stride)``
-    (bfloat16 x ``[rows, k]`` and y ``[rows, n]``, 0 on success) and what it multiplies by. A layer
+    (x ``[rows, k]`` and y ``[rows, n]`` in ``dtype``, 0 on success) and what it multiplies by. A layer
     with a bias, which the function does not add, offers none."""
 
     function: int
@@ -22,6 +22,8 @@ class NativeMatmul:
     kind: int
     out_features: int
     in_features: int
+    dtype: str = "bfloat16"  # of x and y: "bfloat16" or "float32"
+    max_rows: int = 0  # the most rows the function takes in one call; 0: any number
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,9 @@
 /* A Llama decoder's layers in one call, for a model whose every step already runs in C.
  *
+ * Built twice (tercet_activation.h): for bfloat16 models, and with -DTERCET_FLOAT32_ACTIVATIONS
+ * for the few-row steps of float32 models (their linear layers' few-rows kernel, paged_cpu's
+ * attention over a float32 cache, and the float32 build of cpu_fused_ops.c).
+ *
  * When the linear layers, the attention backend and the norms, SiLU·mul and rotary of a
  * bfloat16 model on a CPU are all C functions (the block kernel, paged_cpu, cpu_fused_ops.c),
  * a step from Python is about 30 small calls a layer, each paying for the interpreter, the
@@ -20,18 +24,18 @@
 
 #include <omp.h>
 
-#include "tercet_bfloat16.h"
+#include "tercet_activation.h"
 
-typedef int (*matmul_function)(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const void *weights,
-                               int kind, int64_t n, uint16_t *y, int64_t y_stride);
-typedef void (*norm_function)(uint16_t *hidden, int64_t hidden_stride, const uint16_t *addend,
-                              int64_t addend_stride, const uint16_t *weight, float eps, int64_t rows, int64_t width,
-                              uint16_t *out, int64_t out_stride);
-typedef void (*silu_mul_function)(const uint16_t *gate_up, int64_t gate_up_stride, int64_t rows, int64_t width,
-                                  uint16_t *out, int64_t out_stride);
-typedef void (*rotary_function)(uint16_t *x, int64_t x_stride, int64_t rows, int64_t heads, int64_t head_dim,
-                                const int64_t *positions, const uint16_t *cos_table,
-                                const uint16_t *signed_sin_table);
+typedef int (*matmul_function)(const activation_t *x, int64_t x_stride, int64_t rows, int64_t k, const void *weights,
+                               int kind, int64_t n, activation_t *y, int64_t y_stride);
+typedef void (*norm_function)(activation_t *hidden, int64_t hidden_stride, const activation_t *addend,
+                              int64_t addend_stride, const activation_t *weight, float eps, int64_t rows, int64_t width,
+                              activation_t *out, int64_t out_stride);
+typedef void (*silu_mul_function)(const activation_t *gate_up, int64_t gate_up_stride, int64_t rows, int64_t width,
+                                  activation_t *out, int64_t out_stride);
+typedef void (*rotary_function)(activation_t *x, int64_t x_stride, int64_t rows, int64_t heads, int64_t head_dim,
+                                const int64_t *positions, const activation_t *cos_table,
+                                const activation_t *signed_sin_table);
 typedef int (*attention_function)(const void *q, int64_t q_token_stride, const void *k_new, int64_t k_token_stride,
                                   const void *v_new, int64_t v_token_stride, int act_dtype, void *k_cache,
                                   void *v_cache, int cache_dtype, const int64_t *req_to_token, int64_t table_width,
@@ -47,7 +51,7 @@ typedef struct {
 } Matmul;
 
 typedef struct {
-    const uint16_t *input_norm, *post_attention_norm;
+    const activation_t *input_norm, *post_attention_norm;
     Matmul qkv, o, gate_up, down;
     void *k_cache, *v_cache;
 } Layer;
@@ -57,7 +61,7 @@ typedef struct {
     silu_mul_function silu_mul;
     rotary_function rotary;
     attention_function attention;
-    const uint16_t *cos_table, *signed_sin_table;
+    const activation_t *cos_table, *signed_sin_table;
     const Layer *layers;
     int64_t num_layers, hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim, split_keys, cache_dtype;
     float eps, scale;
@@ -102,9 +106,9 @@ typedef struct {
 /* The LoRA products run on blocks of ROW_BLOCK rows by tiles of TILE columns (see tile()). */
 enum { ROW_BLOCK = 8, TILE = 16 };
 
-enum { DTYPE_BFLOAT16 = 1, FAILED_MATMUL = 10, FAILED_ATTENTION = 20, OUT_OF_MEMORY = 30 };
+enum { FAILED_MATMUL = 10, FAILED_ATTENTION = 20, OUT_OF_MEMORY = 30 };
 
-static int multiply(const Matmul *layer, const uint16_t *x, int64_t x_stride, int64_t rows, uint16_t *y) {
+static int multiply(const Matmul *layer, const activation_t *x, int64_t x_stride, int64_t rows, activation_t *y) {
     return layer->function(x, x_stride, rows, layer->in_features, layer->weights, (int)layer->kind,
                            layer->out_features, y, layer->out_features);
 }
@@ -112,7 +116,7 @@ static int multiply(const Matmul *layer, const uint16_t *x, int64_t x_stride, in
 /* Scratch for one step of `rows` tokens: each intermediate of a layer, reused by every layer;
  * and, for a step with adapters, each thread's sums and shrunk rows. */
 typedef struct {
-    uint16_t *normed, *qkv, *attended, *projected, *gate_up, *activated;
+    activation_t *normed, *qkv, *attended, *projected, *gate_up, *activated;
     float *lora;  /* per thread: ROW_BLOCK rows of sums (lora_widest wide), then of shrunk rows */
     uint16_t *zeros;  /* a row of zeros for the missing rows of a block */
     int64_t lora_widest, lora_per_thread;
@@ -133,12 +137,12 @@ static int allocate_scratch(const Program *p, const Step *step, int64_t rows, Sc
     s->lora_widest = widest;
     /* sums, then the shrunk rows (bfloat16, in float slots: room to spare) */
     s->lora_per_thread = step->num_segments ? ROW_BLOCK * (widest + step->max_rank) : 0;
-    s->normed = malloc(sizeof(uint16_t) * rows * p->hidden_size);
-    s->qkv = malloc(sizeof(uint16_t) * rows * (q_size + 2 * kv_size));
-    s->attended = malloc(sizeof(uint16_t) * rows * q_size);
-    s->projected = malloc(sizeof(uint16_t) * rows * p->hidden_size);
-    s->gate_up = malloc(sizeof(uint16_t) * rows * 2 * p->intermediate_size);
-    s->activated = malloc(sizeof(uint16_t) * rows * p->intermediate_size);
+    s->normed = malloc(sizeof(activation_t) * rows * p->hidden_size);
+    s->qkv = malloc(sizeof(activation_t) * rows * (q_size + 2 * kv_size));
+    s->attended = malloc(sizeof(activation_t) * rows * q_size);
+    s->projected = malloc(sizeof(activation_t) * rows * p->hidden_size);
+    s->gate_up = malloc(sizeof(activation_t) * rows * 2 * p->intermediate_size);
+    s->activated = malloc(sizeof(activation_t) * rows * p->intermediate_size);
     s->lora = malloc(sizeof(float) * (omp_get_max_threads() * s->lora_per_thread + 1));
     s->zeros = calloc(deepest + 1, sizeof(uint16_t));
     if (s->normed && s->qkv && s->attended && s->projected && s->gate_up && s->activated && s->lora && s->zeros)
@@ -147,6 +151,9 @@ static int allocate_scratch(const Program *p, const Step *step, int64_t rows, Sc
     return OUT_OF_MEMORY;
 }
 
+/* LoRA deltas: bfloat16 only. A float32 model's steps are never handed adapters (the runner's
+ * Python side runs them layer by layer instead). */
+#ifndef TERCET_FLOAT32_ACTIVATIONS
 /* The products of a LoRA delta run in tiles of ROW_BLOCK rows by TILE columns over bfloat16
  * rows (missing rows of a block read a row of zeros): a tile's sums stay in registers over the
  * whole inner dimension, and each row of w is read once for all the tile's rows. */
@@ -280,8 +287,14 @@ static void add_deltas(const Step *step, int64_t layer, int which, const uint16_
                         sums);
     }
 }
+#else
+static void add_deltas(const Step *step, int64_t layer, int which, const activation_t *x, int64_t x_stride, int64_t k,
+                       activation_t *y, int64_t y_stride, Scratch *s) {
+    (void)step; (void)layer; (void)which; (void)x; (void)x_stride; (void)k; (void)y; (void)y_stride; (void)s;
+}
+#endif
 
-static int attention_block(const Program *p, int64_t index, const Step *step, uint16_t *hidden, int64_t rows,
+static int attention_block(const Program *p, int64_t index, const Step *step, activation_t *hidden, int64_t rows,
                            Scratch *s) {
     const Layer *layer = &p->layers[index];
     int64_t q_size = p->num_heads * p->head_dim, kv_size = p->num_kv_heads * p->head_dim;
@@ -292,7 +305,7 @@ static int attention_block(const Program *p, int64_t index, const Step *step, ui
     p->rotary(s->qkv, qkv_width, rows, p->num_heads + p->num_kv_heads, p->head_dim, step->positions, p->cos_table,
               p->signed_sin_table);
     if (p->attention(s->qkv, qkv_width, s->qkv + q_size, qkv_width, s->qkv + q_size + kv_size, qkv_width,
-                     DTYPE_BFLOAT16, layer->k_cache, layer->v_cache, (int)p->cache_dtype, step->req_to_token,
+                     ACTIVATION_DTYPE_CODE, layer->k_cache, layer->v_cache, (int)p->cache_dtype, step->req_to_token,
                      step->table_width, step->rows, step->seq_lens, step->out_cache_loc, s->attended, (int)rows,
                      (int)p->num_heads, (int)p->num_kv_heads, (int)p->head_dim, p->scale, (int)p->split_keys))
         return FAILED_ATTENTION;
@@ -302,7 +315,8 @@ static int attention_block(const Program *p, int64_t index, const Step *step, ui
 }
 
 /* hidden += attention's output; normed = RMSNorm(hidden); gate_up; SiLU·mul; down; hidden += down. */
-static int mlp_block(const Program *p, int64_t index, const Step *step, uint16_t *hidden, int64_t rows, Scratch *s) {
+static int mlp_block(const Program *p, int64_t index, const Step *step, activation_t *hidden, int64_t rows,
+                     Scratch *s) {
     const Layer *layer = &p->layers[index];
     int64_t H = p->hidden_size, I = p->intermediate_size;
     p->norm(hidden, H, s->projected, H, layer->post_attention_norm, p->eps, rows, H, s->normed, H);
@@ -312,14 +326,14 @@ static int mlp_block(const Program *p, int64_t index, const Step *step, uint16_t
     if (multiply(&layer->down, s->activated, I, rows, s->projected)) return FAILED_MATMUL;
     add_deltas(step, index, DOWN, s->activated, I, I, s->projected, H, s);
     for (int64_t i = 0; i < rows * H; i++)
-        hidden[i] = float_to_bf16(bf16_to_float(hidden[i]) + bf16_to_float(s->projected[i]));
+        hidden[i] = store_activation(load_activation(hidden[i]) + load_activation(s->projected[i]));
     return 0;
 }
 
-/* Every layer of `program` over `hidden` ([rows, hidden_size] bfloat16, contiguous, updated in
- * place), with the step's adapters' deltas added after each projection they adapt. Returns 0, or a code: FAILED_MATMUL, FAILED_ATTENTION or OUT_OF_MEMORY plus nothing
- * (the layer is not told: the step is lost either way). */
-int tercet_run_layers(const Program *program, const Step *step, uint16_t *hidden, int64_t rows) {
+/* Every layer of `program` over `hidden` ([rows, hidden_size] activations, contiguous, updated in
+ * place), with the step's adapters' deltas added after each projection they adapt. Returns 0, or
+ * a code: FAILED_MATMUL, FAILED_ATTENTION or OUT_OF_MEMORY (the step is lost either way). */
+int tercet_run_layers(const Program *program, const Step *step, activation_t *hidden, int64_t rows) {
     if (rows <= 0) return 0;
     Scratch scratch;
     if (allocate_scratch(program, step, rows, &scratch)) return OUT_OF_MEMORY;

@@ -18,6 +18,14 @@ A step serving LoRA adapters stays in the one call where the model's LoRA
 backend adds what the C runner adds (``native_equivalent``, the torch
 backend): each run of rows sharing an adapter is a segment whose A and B the
 runner reads in place (:func:`native_adapter`, made once per adapter).
+
+A float32 model runs its steps of up to 16 tokens in one call too (the C file
+built over float32, :data:`FLOAT32_SOURCE`): its linear layers' few-rows
+kernel, ``paged_cpu`` over a float32 cache and the float32 build of the fused
+steps. Those steps round as float32 does but not in torch's order, so they
+are within float32's rounding of the layers one by one, not equal bit for bit
+(greedy output still equals transformers' on the tests' prompts). Longer
+steps and steps with adapters run layer by layer, on torch's ops.
 """
 
 from __future__ import annotations
@@ -30,15 +38,18 @@ from dataclasses import dataclass
 import torch
 
 from tercet.lora.lora_model import PROJECTIONS
-from tercet.model.native_calls import NativeAttention
+from tercet.model.native_calls import NativeAttention, NativeMatmul
 from tercet.plugin_host.native_build import NativeBuildError, NativeSource, load_library
 
 logger = logging.getLogger(__name__)
 
 SOURCE = NativeSource(__package__, "native_layers.c", "native_layers")
+FLOAT32_SOURCE = NativeSource(__package__, "native_layers.c", "native_layers_f32",
+                              (*SOURCE.flags, "-DTERCET_FLOAT32_ACTIVATIONS"))
 _P, _I64, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-# The cache's dtype as the attention kernel's signature numbers it.
-BFLOAT16_CODE = 1
+# Each dtype the runner is built for: its source, its name in NativeMatmul, and the code the
+# attention kernel's signature gives it (the cache's dtype).
+BUILDS = {torch.bfloat16: (SOURCE, "bfloat16", 1), torch.float32: (FLOAT32_SOURCE, "float32", 0)}
 FAILURES = {10: "a linear layer's kernel failed", 20: "the attention kernel failed",
             30: "out of memory for the step's scratch"}
 MAX_PARTS = 3  # of a fused projection (q, k and v)
@@ -123,10 +134,11 @@ def native_adapter(weights, num_layers: int) -> NativeAdapter | None:
 
 
 @functools.cache
-def load_layers_runner():
-    """The runner's C function, built first if this machine has none (None where it cannot be built)."""
+def load_layers_runner(dtype: torch.dtype = torch.bfloat16):
+    """The runner's C function over ``dtype``, built first if this machine has none (None where it
+    cannot be built)."""
     try:
-        function = load_library(SOURCE).tercet_run_layers
+        function = load_library(BUILDS[dtype][0]).tercet_run_layers
     except NativeBuildError as error:
         logger.warning("the model's layers run one call at a time from Python: %s", error)
         return None
@@ -135,11 +147,13 @@ def load_layers_runner():
     return function
 
 
-def _matmul_of(linear) -> _Matmul | None:
+def _offer_of(linear, dtype_name: str) -> NativeMatmul | None:
     offer = getattr(linear, "native_matmul", None)
     described = offer() if offer is not None else None
-    if described is None:
-        return None
+    return described if described is not None and described.dtype == dtype_name else None
+
+
+def _matmul_of(described: NativeMatmul) -> _Matmul:
     return _Matmul(described.function, described.weights, described.kind, described.out_features,
                    described.in_features)
 
@@ -149,58 +163,80 @@ def _attention_of(backend) -> NativeAttention | None:
     return offer() if offer is not None else None
 
 
-def _runs_in_bfloat16_alone(model, kv_cache) -> bool:
-    """bfloat16 with the fused steps (float32 keeps torch's ops), on one rank (no all-reduce between layers)."""
-    return (model.fused_ops is not None and not model.tp.enabled and model.dtype == torch.bfloat16
-            and kv_cache.dtype == torch.bfloat16)
+def _runs_alone(model, kv_cache) -> bool:
+    """A dtype the runner is built for, its steps in C, on one rank (no all-reduce between layers)."""
+    return (model.runner_steps is not None and not model.tp.enabled and model.dtype in BUILDS
+            and kv_cache.dtype == model.dtype)
 
 
-def _layer_of(layer, k_cache: torch.Tensor, v_cache: torch.Tensor) -> _Layer | None:
+def _offers_of(layer, dtype_name: str) -> list[NativeMatmul] | None:
     attention, mlp = layer.self_attn, layer.mlp
-    matmuls = [_matmul_of(linear) for linear in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
-                                                   mlp.down_proj)]
-    if any(matmul is None for matmul in matmuls):
-        return None
+    offers = [_offer_of(linear, dtype_name) for linear in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
+                                                             mlp.down_proj)]
+    return None if any(offer is None for offer in offers) else offers
+
+
+def _every_layers_offers(model) -> list[list[NativeMatmul]] | None:
+    """Each layer's four matmuls as C functions over the model's dtype; None where one is not."""
+    dtype_name = BUILDS[model.dtype][1]
+    offers = [_offers_of(layer, dtype_name) for layer in model.model.layers]
+    return None if any(layer_offers is None for layer_offers in offers) else offers
+
+
+def _layer_of(layer, offers: list[NativeMatmul], k_cache: torch.Tensor, v_cache: torch.Tensor) -> _Layer:
     return _Layer(layer.input_layernorm.weight.data_ptr(), layer.post_attention_layernorm.weight.data_ptr(),
-                  *matmuls, k_cache.data_ptr(), v_cache.data_ptr())
+                  *(_matmul_of(offer) for offer in offers), k_cache.data_ptr(), v_cache.data_ptr())
 
 
 class NativeLayers:
     """The program of one model's layers over one attention backend and KV cache; :meth:`run` per step."""
 
-    def __init__(self, runner, program: _Program, layers, backend, keep_alive: tuple):
+    def __init__(self, runner, program: _Program, layers, backend, keep_alive: tuple, max_rows: int = 0,
+                 adds_adapters: bool = True):
         self.runner = runner
         self.program = program
         self.layers = layers  # the ctypes array the program points into
         self.backend = backend
         self.keep_alive = keep_alive
+        self.max_rows = max_rows  # the most tokens a step may have to run here; 0: any number
+        self.adds_adapters = adds_adapters
         self.adapter_steps = 0  # steps run with adapters' deltas added here (what tests check)
+        self.steps = 0  # steps run here (what tests check)
+
+    def takes(self, num_tokens: int) -> bool:
+        """Whether a step of ``num_tokens`` tokens runs here (else layer by layer)."""
+        return self.max_rows == 0 or num_tokens <= self.max_rows
 
     @classmethod
     def build(cls, model, backend, kv_cache) -> NativeLayers | None:
-        """The program of ``model`` (a :class:`tercet.model.llama.LlamaForCausalLM` with its fused ops
-        set), or None where any part of a layer does not run in C."""
+        """The program of ``model`` (a :class:`tercet.model.llama.LlamaForCausalLM` with its runner
+        steps set), or None where any part of a layer does not run in C."""
         attention = _attention_of(backend)
-        runner = load_layers_runner() if attention is not None and _runs_in_bfloat16_alone(model, kv_cache) else None
+        if attention is None or not _runs_alone(model, kv_cache):
+            return None
+        offers = _every_layers_offers(model)
+        runner = None if offers is None else load_layers_runner(model.dtype)
         if runner is None:
             return None
-        layers = [_layer_of(layer, kv_cache.k_buffers[i], kv_cache.v_buffers[i])
-                  for i, layer in enumerate(model.model.layers)]
-        if any(layer is None for layer in layers):
-            return None
-        fused = model.fused_ops
+        layers = [_layer_of(layer, layer_offers, kv_cache.k_buffers[i], kv_cache.v_buffers[i])
+                  for i, (layer, layer_offers) in enumerate(zip(model.model.layers, offers))]
+        limits = [offer.max_rows for layer_offers in offers for offer in layer_offers if offer.max_rows]
+        fused, cache_code = model.runner_steps, BUILDS[model.dtype][2]
         array = (_Layer * len(layers))(*layers)
         shape, layout = model.shape, model.attention_layout()
         program = _Program(
             fused.function_address("norm"), fused.function_address("silu_mul"), fused.function_address("rotary"),
             attention.function, model.rotary.cos_table.data_ptr(), model.rotary.signed_sin_table.data_ptr(),
             array, len(layers), shape.hidden_size, shape.intermediate_size, layout.num_heads, layout.num_kv_heads,
-            layout.head_dim, attention.split_keys, BFLOAT16_CODE, shape.rms_norm_eps, layout.scaling,
+            layout.head_dim, attention.split_keys, cache_code, shape.rms_norm_eps, layout.scaling,
         )
-        return cls(runner, program, array, backend, (model.rotary.cos_table, model.rotary.signed_sin_table))
+        return cls(runner, program, array, backend, (model.rotary.cos_table, model.rotary.signed_sin_table),
+                   min(limits, default=0), adds_adapters=model.dtype == torch.bfloat16)
 
     def segments_of(self, lora_runs) -> list[tuple[int, int, NativeAdapter]] | None:
         """The step's adapter runs as the C runner reads them; None where one cannot be (run layer by layer)."""
+        if not self.adds_adapters:
+            return None
         segments = []
         for run in lora_runs:
             adapter = native_adapter(run.weights, self.program.num_layers)
@@ -210,7 +246,7 @@ class NativeLayers:
         return segments
 
     def run(self, hidden: torch.Tensor, positions: torch.Tensor, segments=()) -> torch.Tensor:
-        """Every layer over ``hidden`` (``[T, hidden]`` bfloat16, contiguous), in place; returns it.
+        """Every layer over ``hidden`` (``[T, hidden]`` in the model's dtype, contiguous), in place; returns it.
         ``segments`` (from :meth:`segments_of`) add their adapters' deltas after each projection."""
         req_to_token, rows, seq_lens, out_cache_loc = self.backend.native_step()
         described = (_LoraSegment * max(len(segments), 1))(
@@ -222,5 +258,6 @@ class NativeLayers:
         if failed:
             raise RuntimeError(f"the native layer runner failed: {FAILURES.get(failed, failed)}")
         self.adapter_steps += bool(segments)
+        self.steps += 1
         return hidden
 

@@ -33,6 +33,8 @@ except ImportError:  # a running tercet uses the functions below only (tests), a
 CORE_KERNELS = (
     ("tercet.model", "native_layers.c", "native_layers", ()),
     ("tercet.model", "cpu_fused_ops.c", "cpu_fused_ops", ()),
+    ("tercet.model", "native_layers.c", "native_layers_f32", ("-DTERCET_FLOAT32_ACTIVATIONS",)),
+    ("tercet.model", "cpu_fused_ops.c", "cpu_fused_ops_f32", ("-DTERCET_FLOAT32_ACTIVATIONS",)),
     ("tercet.plugins.linear_layers", "block_matmul.c", "block_matmul", ()),
     ("tercet.plugins.linear_layers", "few_rows_f32.c", "few_rows_f32", ()),
 )

@@ -127,3 +127,11 @@ int tercet_few_rows_f32(const float *x, int64_t x_stride, int64_t rows, int64_t 
     }
     return 0;
 }
+
+/* The same product with the signature of a matmul of tercet's one-call layer runner
+ * (core/model/native_layers.c, float32 build): `weights` is W, `kind` is unused. */
+int tercet_few_rows_f32_matmul(const float *x, int64_t x_stride, int64_t rows, int64_t k, const void *weights,
+                               int kind, int64_t n, float *y, int64_t y_stride) {
+    (void)kind;
+    return tercet_few_rows_f32(x, x_stride, rows, k, (const float *)weights, n, y, y_stride);
+}

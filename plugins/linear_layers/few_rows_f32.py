@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tercet.plugin_api import NativeBuildError, NativeSource, load_native_library
+from tercet.plugin_api import NativeBuildError, NativeMatmul, NativeSource, load_native_library
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ def bind_kernel(library: ctypes.CDLL):
 
 
 @functools.cache
-def load_kernel():
-    """The kernel where it is vectorized here, else None (the log says why, once per process)."""
+def kernel_library() -> ctypes.CDLL | None:
+    """The kernel's library where it is vectorized here, else None (the log says why, once per process)."""
     try:
         library = load_native_library(SOURCE)
     except NativeBuildError as error:
@@ -75,7 +75,14 @@ def load_kernel():
     if not library.tercet_few_rows_f32_vectorized():
         logger.info("float32 layers at few rows run on torch's kernels: this CPU has no AVX-512")
         return None
-    return bind_kernel(library)
+    return library
+
+
+@functools.cache
+def load_kernel():
+    """The kernel's function, with its argument types set, or None (see :func:`kernel_library`)."""
+    library = kernel_library()
+    return None if library is None else bind_kernel(library)
 
 
 def can_use(device: torch.device, dtype: torch.dtype) -> bool:
@@ -86,11 +93,13 @@ class FewRowsLinear(nn.Linear):
     """``nn.Linear`` that runs the kernel at up to :data:`KERNEL_MAX_ROWS` rows, else at up to
     :data:`MAX_ROWS` rows multiplies with the weight on the left."""
 
+    uses_kernel = True  # False: torch's products only (``model.native_kernels = false``)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight  # once: a module's attribute lookup is a cost at this size
         rows = x.reshape(-1, self.in_features)
         count = rows.shape[0]
-        if 0 < count <= KERNEL_MAX_ROWS and weight.is_contiguous():
+        if 0 < count <= KERNEL_MAX_ROWS and self.uses_kernel and weight.is_contiguous():
             kernel = load_kernel()
             if kernel is not None:
                 return self._by_kernel(kernel, x, rows, weight)
@@ -102,6 +111,16 @@ class FewRowsLinear(nn.Linear):
         if self.bias is not None:
             out = out + self.bias
         return out.contiguous().view(*x.shape[:-1], self.out_features)
+
+    def native_matmul(self) -> NativeMatmul | None:
+        """This layer for a caller in C (a float32 model's few-row steps in one call), where the kernel
+        runs here; none with a bias, which the kernel does not add."""
+        library = kernel_library() if self.uses_kernel else None
+        if self.bias is not None or not self.weight.is_contiguous() or library is None:
+            return None
+        function = library.tercet_few_rows_f32_matmul
+        return NativeMatmul(ctypes.cast(function, ctypes.c_void_p).value, self.weight.data_ptr(), 0,
+                            self.out_features, self.in_features, "float32", KERNEL_MAX_ROWS)
 
     def _by_kernel(self, kernel, x: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         if rows.stride(1) != 1:

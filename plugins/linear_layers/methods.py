@@ -52,6 +52,7 @@ class DenseLinearMethod(LinearMethod):
             return PackedLinear(layer)
         if few_rows_f32.can_use(target.device, target.dtype):
             layer.__class__ = few_rows_f32.FewRowsLinear
+            layer.uses_kernel = target.native_kernels
         return layer
 
 

@@ -40,12 +40,13 @@ def _runtime_sources() -> list[native_build.NativeSource]:
         for head_dim in attention_build.SPECIALIZED_HEAD_DIMS
         for group in range(1, attention_build.MAX_SPECIALIZED_GROUP + 1)
     ]
-    return [native_layers.SOURCE, fused_ops.SOURCE, block_matmul.SOURCE, few_rows_f32.SOURCE, *attention]
+    return [native_layers.SOURCE, fused_ops.SOURCE, native_layers.FLOAT32_SOURCE, fused_ops.FLOAT32_SOURCE,
+            block_matmul.SOURCE, few_rows_f32.SOURCE, *attention]
 
 
 def test_the_install_step_builds_every_kernel_the_runtime_loads_under_the_name_it_looks_for():
     runtime_names = {native_build.prebuilt_path(source).name for source in _runtime_sources()}
-    assert len(runtime_names) == 4 + 16  # one per core kernel, one per attention shape
+    assert len(runtime_names) == 6 + 16  # one per core kernel, one per attention shape
     assert runtime_names == _install_names()
 
 

@@ -82,7 +82,7 @@ def test_without_the_kernel_the_layer_keeps_torchs_products_and_says_why(monkeyp
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")
     with caplog.at_level(logging.WARNING):
-        assert few_rows_f32.load_kernel.__wrapped__() is None
+        assert few_rows_f32.kernel_library.__wrapped__() is None
     assert "float32 layers at few rows run on torch's kernels: no C compiler found" in caplog.text
     monkeypatch.setattr(few_rows_f32, "load_kernel", lambda: None)
     torch.manual_seed(0)
@@ -129,3 +129,28 @@ def test_the_dense_method_uses_it_for_float32_on_cpu_only():
     made = DenseLinearMethod().create(weight, None, LinearTarget("layer", torch.float32, torch.device("cpu")))
     assert isinstance(made, FewRowsLinear)
     assert torch.equal(made.weight, weight)
+
+
+def _dense_float32_layer(native_kernels: bool, weight: torch.Tensor) -> FewRowsLinear:
+    target = LinearTarget("layer", torch.float32, torch.device("cpu"), native_kernels=native_kernels)
+    layer = DenseLinearMethod().create(weight, None, target)
+    assert isinstance(layer, FewRowsLinear)
+    return layer
+
+
+def test_without_native_kernels_a_layer_keeps_torchs_product_and_offers_no_c_function():
+    torch.manual_seed(3)
+    weight, x = torch.randn(40, 24), torch.randn(3, 24)
+    layer = _dense_float32_layer(False, weight)
+    with torch.inference_mode():
+        assert torch.equal(layer(x), torch.mm(weight, x.t()).t())
+    assert layer.native_matmul() is None
+
+
+def test_with_the_kernel_a_layer_offers_it_for_float32_rows_up_to_its_limit():
+    if few_rows_f32.kernel_library() is None:
+        pytest.skip("the kernel does not run on this CPU")
+    layer = _dense_float32_layer(True, torch.randn(40, 24))
+    offer = layer.native_matmul()
+    assert (offer.dtype, offer.max_rows, offer.out_features, offer.in_features) == ("float32", KERNEL_MAX_ROWS, 40, 24)
+    assert offer.weights == layer.weight.data_ptr() and offer.function
