@@ -112,8 +112,8 @@ class ModelRunner:
 
     def _attention_backend_ahead(self, create_backend, layout: AttentionLayout):
         """The attention backend for ``layout``, after loading the C steps the layers will call."""
-        if cpu_fused_ops_for(self.device, self.dtype, self.linear_methods.native_kernels) is not None:
-            load_layers_runner()
+        if runner_steps_for(self.device, self.dtype, self.linear_methods.native_kernels) is not None:
+            load_layers_runner(self.dtype)
         return create_backend(layout)
 
     def _open_decoder_checkpoint(self, model_path: str | Path, architectures) -> None:

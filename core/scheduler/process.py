@@ -70,12 +70,11 @@ def build_model_runner(context, tp=None):
 
 
 def _build(context, port_args, rank, heartbeat, tp_rank=0):
+    from tercet.model.cpu_threads import same_results_at_any_thread_count
     from tercet.model_abilities import ModelAbilities
     from tercet.parallel.tp_group import join_tensor_parallel_group
     from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer.loading import load_tokenizer
-
-    from tercet.model.cpu_threads import same_results_at_any_thread_count
 
     config = context.config
     same_results_at_any_thread_count()  # the thread count follows the free cores (model.cpu_threads)
