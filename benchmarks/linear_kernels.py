@@ -5,9 +5,11 @@ do (q4_1 blocks, a q8_0 LM head) on tercet's block kernel
 (plugins/linear_layers/block_matmul.c) and on torch's int4 kernel, and dense
 in bfloat16 (oneDNN-packed), then calls all 30 decoder layers' four fused
 projections back to back for each batch size, so the weights come from
-memory as in a real step. Prints one row per batch size (the best of several
-trials: the machine may be shared) and the batch from which dense bfloat16
-beats each quantized path. Run on an otherwise idle machine:
+memory as in a real step. On a CPU with AMX, the block kernel is also timed
+held to VNNI's integer sums at every batch ("VNNI only"; by default it takes
+AMX's from 48 rows, to the same bits). Prints one row per batch size (the best
+of several trials: the machine may be shared) and the batch from which dense
+bfloat16 beats each quantized path. Run on an otherwise idle machine:
 
     python benchmarks/linear_kernels.py --batch-sizes 1 2 4 8 16 32 64
 """
@@ -58,6 +60,15 @@ def milliseconds(layers, batch_size: int, trials: int, dtype: torch.dtype = torc
     return best * 1e3
 
 
+def on_vnni(layer, x: torch.Tensor) -> torch.Tensor:
+    """``layer`` (a block kernel layer) on ``x`` through VNNI's integer sums whatever the batch."""
+    out = torch.empty(x.shape[0], layer.out_features, dtype=torch.bfloat16)
+    load_block_matmul().tercet_block_matmul_on(x.data_ptr(), x.stride(0), x.shape[0], layer.in_features,
+                                               layer.units_pointer, layer.kind_code, layer.out_features,
+                                               out.data_ptr(), layer.out_features, 0)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
@@ -76,14 +87,22 @@ def main() -> None:
     }
     decoder = {name: decoder_layers(method, where) for name, (method, _, where) in paths.items()}
     heads = {name: head(method, where) for name, (_, method, where) in paths.items()}
+    library = load_block_matmul()
+    if library.tercet_block_matmul_amx():
+        # The block kernel held to VNNI's integer sums at every batch (by default it takes AMX's from 48 rows).
+        decoder["block kernel, VNNI only"] = decoder["block kernel"]
+        heads["block kernel, VNNI only"] = heads["block kernel"]
+    calls = {name: (on_vnni if name.endswith("VNNI only") else lambda layer, x: layer(x)) for name in decoder}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; best of {arguments.trials} trials")
     print("| batch | " + " | ".join(f"decoder {name} (ms)" for name in decoder) + " | "
           + " | ".join(f"head {name} (ms)" for name in heads) + " |")
     print("|---" * (1 + len(decoder) + len(heads)) + "|")
     dense_wins_from: dict[str, int | None] = {"block kernel": None, "torch int4": None}
     for batch_size in arguments.batch_sizes:
-        decoder_ms = {name: milliseconds(layers, batch_size, arguments.trials) for name, layers in decoder.items()}
-        head_ms = {name: milliseconds([layer], batch_size, arguments.trials) for name, layer in heads.items()}
+        decoder_ms = {name: milliseconds(layers, batch_size, arguments.trials, call=calls[name])
+                      for name, layers in decoder.items()}
+        head_ms = {name: milliseconds([layer], batch_size, arguments.trials, call=calls[name])
+                   for name, layer in heads.items()}
         print(f"| {batch_size} | " + " | ".join(f"{value:.2f}" for value in decoder_ms.values()) + " | "
               + " | ".join(f"{value:.2f}" for value in head_ms.values()) + " |", flush=True)
         for name, wins_from in dense_wins_from.items():

@@ -25,10 +25,18 @@
  * in the same order whatever the batch, its row's place in it and the thread count, so a row's
  * result does not depend on its batch-mates.
  *
+ * On a CPU with AMX (and a kernel that grants it), calls of AMX_ROWS rows or more (prompts) take the
+ * same integer sums from AMX's tile product instead (16 rows × 16 columns × one block an instruction)
+ * and finish them with the same float steps: the results are the same bits as VNNI's, so which path
+ * a call takes never shows in its output (the batch invariance above holds across the two). The
+ * float steps a block, not the products, bound that path: about 0.82x VNNI's time from 128 rows.
+ *
  * Built without AVX-512 BF16 and VNNI (another CPU), the same layout runs through portable C with
  * the same integers and float steps (and with -DTERCET_PORTABLE, for tests); tercet then uses
  * torch's kernels instead (see tercet_block_matmul_vectorized).
  */
+/* syscall() for AMX's permission, under -std=c11. */
+#define _GNU_SOURCE
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -41,6 +49,16 @@
 #define VECTORIZED 1
 #else
 #define VECTORIZED 0
+#endif
+
+#if VECTORIZED && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define AMX_BUILT 1
+#else
+#define AMX_BUILT 0
 #endif
 
 #define COLUMNS 16
@@ -56,6 +74,11 @@
  * hide the memory's latency and too early to stay; 0.62-0.65x with two threads, unchanged at 32 rows. */
 #define PREFETCH_UNITS 64
 #define PREFETCH_HINT _MM_HINT_T1
+/* Calls of this many rows or more take AMX's integer sums where there is AMX. Measured over the default
+ * model's decoder layers on the Xeon of docs/benchmarks.md (benchmarks/linear_kernels.py): AMX's time
+ * over VNNI's 1.3x at 16 and 24 rows (a group of 16 rows mostly padding), even at 32, 0.96x at 48,
+ * 0.86x at 64, 0.83x at 128, 0.82x at 512. */
+#define AMX_ROWS 48
 
 enum { Q4 = 0, Q8 = 1 };
 
@@ -319,6 +342,163 @@ static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const
 }
 #endif
 
+#if AMX_BUILT
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t columns_bytes[16];
+    uint8_t rows[16];
+} TileConfig;
+
+static void configure_tiles(void);
+
+static sigjmp_buf probe_return;
+
+static void probe_faulted(int signal_number) {
+    (void)signal_number;
+    siglongjmp(probe_return, 1);
+}
+
+/* Whether tile instructions run here: a VM can advertise AMX and still fault on it (SIGILL), so the
+ * first use is tried with SIGILL caught for the while. */
+static int tiles_run(void) {
+    struct sigaction on_fault, previous;
+    memset(&on_fault, 0, sizeof on_fault);
+    on_fault.sa_handler = probe_faulted;
+    sigemptyset(&on_fault.sa_mask);
+    if (sigaction(SIGILL, &on_fault, &previous)) return 0;
+    volatile int ran = 0;
+    if (!sigsetjmp(probe_return, 1)) {
+        configure_tiles();
+        _tile_zero(0);
+        _tile_release();
+        ran = 1;
+    }
+    sigaction(SIGILL, &previous, NULL);
+    return ran;
+}
+
+/* Linux hands out AMX's tile state only to a process that asks for it (once; its threads share it). */
+static int amx_granted(void) {
+    static int granted = -1;
+    if (granted < 0)
+        granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 && tiles_run();
+    return granted;
+}
+
+/* Tiles 0-1: int32 sums of 16 rows × 16 columns, one block's, in turn; 4-5: those rows' 32 quantized
+ * inputs of the block; 6-7: the unit's codes, 8 rows of 4 inputs × 16 columns: the unit's own layout
+ * (see code_at), so Q8's codes load as stored. */
+static void configure_tiles(void) {
+    TileConfig config;
+    memset(&config, 0, sizeof config);
+    config.palette = 1;
+    for (int tile = 0; tile < 2; tile++) config.rows[tile] = 16, config.columns_bytes[tile] = 64;
+    for (int tile = 4; tile < 6; tile++) config.rows[tile] = 16, config.columns_bytes[tile] = BLOCK;
+    for (int tile = 6; tile < 8; tile++) config.rows[tile] = 8, config.columns_bytes[tile] = 64;
+    _tile_loadconfig(&config);
+}
+
+/* A tile's codes as tile rows, every block's, at `codes` + b * *stride: Q8's as stored in the units;
+ * Q4's split into their nibbles (registers g and g + 4) into `split` (blocks × 512 bytes). */
+static inline __attribute__((always_inline)) const uint8_t *tile_codes(const uint8_t *units, int64_t blocks, int kind,
+                                                                      uint8_t *split, int64_t *stride) {
+    *stride = unit_bytes(kind);
+    if (kind == Q8) return units;
+    const __m512i nibble = _mm512_set1_epi8(0x0f);
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *unit = units + b * unit_bytes(kind);
+        for (int64_t line = 0; line < unit_bytes(kind); line += 64)
+            _mm_prefetch((const char *)(unit + PREFETCH_UNITS * unit_bytes(kind) + line), PREFETCH_HINT);
+        for (int g = 0; g < 4; g++) {
+            __m512i both = _mm512_loadu_si512((const void *)(unit + g * 64));
+            _mm512_store_si512((void *)(split + b * 512 + g * 64), _mm512_and_si512(both, nibble));
+            _mm512_store_si512((void *)(split + b * 512 + (g + 4) * 64),
+                               _mm512_and_si512(_mm512_srli_epi16(both, 4), nibble));
+        }
+    }
+    *stride = 512;
+    return split;
+}
+
+/* Block b's integer sums of 16 rows (stored from a tile) into their float32 sums, held in registers:
+ * the same float steps as finish_row. */
+static inline __attribute__((always_inline)) void finish_rows(const int32_t *dots, const uint8_t *unit, int kind,
+                                                             const Rows *rows, int64_t at, __m512 sum[16]) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + codes_bytes(kind))));
+    const __m512 m = kind == Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 256 + 2 * COLUMNS)))
+                                : _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) {
+        __m512i dot = _mm512_load_si512((const void *)(dots + i * COLUMNS));
+        if (kind == Q8) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(rows->offsets[at + i]));
+        sum[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(rows->scales[at + i])),
+                                 sum[i]);
+        if (kind == Q4) sum[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(rows->sums[at + i]), sum[i]);
+    }
+}
+
+/* Tile product of block b for 16 rows from r into tile `c` (a constant), its inputs through tiles a, w. */
+#define TILE_PRODUCT(c, a, w, b)                                                   \
+    do {                                                                           \
+        _tile_zero(c);                                                             \
+        _tile_loadd(a, rows->xq + ((b) * count + r) * BLOCK, BLOCK);               \
+        _tile_loadd(w, codes + (b) * stride, 64);                                  \
+        _tile_dpbsud(c, a, w);                                                     \
+    } while (0)
+
+/* One tile of 16 columns against `count` rows, 16 rows at a time, each group's float32 sums in
+ * registers across the blocks while AMX computes the next block's integer sums (tiles 0 and 1 in
+ * turn). Rows past `count` in the last group are computed from whatever follows and never stored. */
+static inline __attribute__((always_inline)) void amx_tile_of_kind(const Rows *rows, int64_t count,
+                                                                  const uint8_t *units, int64_t blocks, int kind,
+                                                                  uint8_t *split, float *acc) {
+    const int64_t bytes = unit_bytes(kind);
+    int64_t stride;
+    const uint8_t *codes = tile_codes(units, blocks, kind, split, &stride);
+    int32_t dots[2][16 * COLUMNS] __attribute__((aligned(64)));
+    for (int64_t r = 0; r < count; r += 16) {
+        __m512 sum[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) sum[i] = _mm512_setzero_ps();
+        TILE_PRODUCT(0, 4, 6, 0);
+        /* Store block b's sums, start b + 1's product, then finish b while the product runs. */
+        for (int64_t b = 0; b < blocks; b += 2) {
+            _tile_stored(0, dots[0], 64);
+            if (b + 1 < blocks) TILE_PRODUCT(1, 5, 7, b + 1);
+            finish_rows(dots[0], units + b * bytes, kind, rows, b * count + r, sum);
+            if (b + 1 < blocks) {
+                _tile_stored(1, dots[1], 64);
+                if (b + 2 < blocks) TILE_PRODUCT(0, 4, 6, b + 2);
+                finish_rows(dots[1], units + (b + 1) * bytes, kind, rows, (b + 1) * count + r, sum);
+            }
+        }
+        int64_t group = count - r < 16 ? count - r : 16;
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            if (i < group) _mm512_storeu_ps(acc + (r + i) * COLUMNS, sum[i]);
+    }
+}
+
+static void amx_tile_q4(const Rows *rows, int64_t count, const uint8_t *units, int64_t blocks, uint8_t *split,
+                        float *acc) {
+    amx_tile_of_kind(rows, count, units, blocks, Q4, split, acc);
+}
+
+static void amx_tile_q8(const Rows *rows, int64_t count, const uint8_t *units, int64_t blocks, uint8_t *split,
+                        float *acc) {
+    amx_tile_of_kind(rows, count, units, blocks, Q8, split, acc);
+}
+#endif
+
+/* 1 where AMX's tile product is built in and Linux grants it to this process. */
+int tercet_block_matmul_amx(void) {
+#if AMX_BUILT
+    return amx_granted();
+#else
+    return 0;
+#endif
+}
+
 static void free_rows(Rows *rows) {
     free(rows->xq);
     free(rows->scales);
@@ -328,13 +508,36 @@ static void free_rows(Rows *rows) {
 
 static int allocate_rows(int64_t count, int64_t k, Rows *rows) {
     int64_t most = count < ROW_CHUNK ? count : ROW_CHUNK, blocks = k / BLOCK;
-    rows->xq = malloc((size_t)(most * k + 64));
-    rows->scales = malloc(sizeof(float) * (size_t)(most * blocks + 1));
-    rows->sums = malloc(sizeof(float) * (size_t)(most * blocks + 1));
-    rows->offsets = malloc(sizeof(int32_t) * (size_t)(most * blocks + 1));
+    /* AMX reads a block's rows 16 at a time: past the last block's last row, up to 15 rows more. */
+    rows->xq = malloc((size_t)(most * k + 16 * BLOCK + 64));
+    rows->scales = malloc(sizeof(float) * (size_t)(most * blocks + 16));
+    rows->sums = malloc(sizeof(float) * (size_t)(most * blocks + 16));
+    rows->offsets = malloc(sizeof(int32_t) * (size_t)(most * blocks + 16));
     if (rows->xq && rows->scales && rows->sums && rows->offsets) return 0;
     free_rows(rows);
     return 1;
+}
+
+/* The first `width` (1..16) of 16 float32 sums as bfloat16, rounded as float_to_bf16 does (the same
+ * integer steps, 16 at a time where vectorized). */
+static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
+#if VECTORIZED
+    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(sums));
+    const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+    __m512i rounded = _mm512_add_epi32(
+        bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                               _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1))));
+    rounded = _mm512_mask_or_epi32(_mm512_srli_epi32(rounded, 16), nan, _mm512_srli_epi32(bits, 16),
+                                   _mm512_set1_epi32(0x40));
+    const __m256i halves = _mm512_cvtepi32_epi16(rounded);
+    if (width == COLUMNS)
+        _mm256_storeu_si256((__m256i *)out, halves);
+    else
+        _mm256_mask_storeu_epi16(out, (__mmask16)((1u << width) - 1), halves);
+#else
+    for (int64_t c = 0; c < width; c++) out[c] = float_to_bf16(sums[c]);
+#endif
 }
 
 /* The tiles `left` and `right` (the same tile when it is the last, odd one) into acc. */
@@ -351,13 +554,76 @@ static void multiply_tiles(const Rows *rows, int64_t count, const uint8_t *left,
 #endif
 }
 
-/* x: [rows, K] bfloat16 with row stride x_stride; units: [ceil(N / 16), K / 32] units of the
- * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, or 1 when out of memory. */
-int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
-                        int kind, int64_t n, uint16_t *y, int64_t y_stride) {
+/* A pair of tiles' float32 sums (acc) as y's bfloat16, rows from `first`. */
+static void store_pair(const float acc[2][COLUMNS * ROW_CHUNK], int64_t count, int64_t left, int64_t right, int64_t n,
+                       uint16_t *y, int64_t y_stride, int64_t first) {
+    for (int64_t side = 0; side < (right != left ? 2 : 1); side++) {
+        int64_t tile = left + side, width = n - tile * COLUMNS < COLUMNS ? n - tile * COLUMNS : COLUMNS;
+        for (int64_t r = 0; r < count; r++)
+            store_bf16(acc[side] + r * COLUMNS, width, y + (first + r) * y_stride + tile * COLUMNS);
+    }
+}
+
+#if AMX_BUILT
+/* The chunks of rows through AMX's integer sums: as the VNNI path below, with the rows quantized over
+ * the threads (the work of a large call) and each thread's tile state configured and given back. */
+static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t blocks, const uint8_t *units,
+                      int kind, int64_t n, uint16_t *y, int64_t y_stride, Rows *prepared) {
+    int64_t tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
+    int failed = 0;
+    for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
+        int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
+#pragma omp parallel
+        {
+#pragma omp for schedule(static)
+            for (int64_t row_block = 0; row_block < count * blocks; row_block++) {
+                /* Read x row by row (the order memory gives it fastest); written block-major. */
+                int64_t r = row_block / blocks, b = row_block % blocks, at = b * count + r;
+                quantize_block(x + (first + r) * x_stride + b * BLOCK, prepared->xq + at * BLOCK,
+                               prepared->scales + at, prepared->sums + at, prepared->offsets + at);
+            }
+            configure_tiles();
+            /* A tile's Q4 codes split into nibbles, every block's (see tile_codes). */
+            uint8_t *split = kind == Q4 ? aligned_alloc(64, (size_t)(blocks * 512)) : NULL;
+            if (kind == Q4 && !split) {
+#pragma omp atomic write
+                failed = 1;
+            }
+#pragma omp for schedule(static)
+            for (int64_t pair = 0; pair < (tiles + 1) / 2; pair++) {
+                if (kind == Q4 && !split) continue;
+                float acc[2][COLUMNS * ROW_CHUNK];
+                int64_t left = 2 * pair, right = left + 1 < tiles ? left + 1 : left;
+                for (int side = 0; side < (right != left ? 2 : 1); side++)
+                    (kind == Q8 ? amx_tile_q8 : amx_tile_q4)(prepared, count, units + (left + side) * blocks * bytes,
+                                                            blocks, split, acc[side]);
+                store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, first);
+            }
+            free(split);
+            _tile_release();
+        }
+    }
+    return failed;
+}
+#endif
+
+/* As tercet_block_matmul, with the integer sums from AMX (use_amx = 1, where tercet_block_matmul_amx()
+ * says it is here) or from VNNI (0), whatever the rows: the tests' and benchmarks' way to hold the two
+ * paths side by side. */
+int tercet_block_matmul_on(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
+                           int kind, int64_t n, uint16_t *y, int64_t y_stride, int use_amx) {
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     Rows prepared;
     if (allocate_rows(rows, k, &prepared)) return 1;
+#if AMX_BUILT
+    if (use_amx && tercet_block_matmul_amx()) {
+        int failed = amx_chunks(x, x_stride, rows, blocks, units, kind, n, y, y_stride, &prepared);
+        free_rows(&prepared);
+        return failed;
+    }
+#else
+    (void)use_amx;
+#endif
     for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
         int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
         prepare_rows(x + first * x_stride, x_stride, count, blocks, &prepared);
@@ -368,14 +634,16 @@ int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64
             int64_t left = 2 * pair, right = left + 1 < tiles ? left + 1 : left;
             multiply_tiles(&prepared, count, units + left * blocks * bytes, units + right * blocks * bytes, blocks,
                            kind, acc[0], acc[1]);
-            for (int64_t side = 0; side < (right != left ? 2 : 1); side++) {
-                int64_t tile = left + side, width = n - tile * COLUMNS < COLUMNS ? n - tile * COLUMNS : COLUMNS;
-                for (int64_t r = 0; r < count; r++)
-                    for (int64_t c = 0; c < width; c++)
-                        y[(first + r) * y_stride + tile * COLUMNS + c] = float_to_bf16(acc[side][r * COLUMNS + c]);
-            }
+            store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, first);
         }
     }
     free_rows(&prepared);
     return 0;
+}
+
+/* x: [rows, K] bfloat16 with row stride x_stride; units: [ceil(N / 16), K / 32] units of the
+ * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, or 1 when out of memory. */
+int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
+                        int kind, int64_t n, uint16_t *y, int64_t y_stride) {
+    return tercet_block_matmul_on(x, x_stride, rows, k, units, kind, n, y, y_stride, rows >= AMX_ROWS);
 }

@@ -8,7 +8,8 @@ codes, so that the layout is defined in one place); :class:`KernelBlockLinear` t
 bfloat16 activations by it at every batch size, so no dense copy of the
 weight is kept and nothing is repacked for torch's int4 kernel. The
 activations are quantized to int8 a block of 32 (as llama.cpp's q8_0 / q8_1
-are) and meet the codes in VNNI's byte dot product: each input moves by at
+are) and meet the codes in VNNI's byte dot product (or, from 48 rows on a CPU
+with AMX, in AMX's tile product, to the same bits): each input moves by at
 most max |x| / 254 of its block.
 
 The kernel is used where it is vectorized (a CPU with AVX-512 BF16 and VNNI) and the
@@ -40,12 +41,16 @@ KIND_CODES = {"Q4_0": 0, "Q4_1": 0, "Q8_0": 1}
 
 
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
-    function = library.tercet_block_matmul
-    function.restype = ctypes.c_int
-    function.argtypes = [
+    arguments = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
     ]
+    library.tercet_block_matmul.restype = ctypes.c_int
+    library.tercet_block_matmul.argtypes = arguments
+    # The same with the integer sums' path chosen (1: AMX where there is AMX, 0: VNNI), for tests and benchmarks.
+    library.tercet_block_matmul_on.restype = ctypes.c_int
+    library.tercet_block_matmul_on.argtypes = [*arguments, ctypes.c_int]
+    library.tercet_block_matmul_amx.restype = ctypes.c_int
     library.tercet_block_pack.restype = None
     return library
 

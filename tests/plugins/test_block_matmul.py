@@ -8,7 +8,9 @@ each weight) of the dequantized product, plus a bfloat16 step
 (2**-8 relative) for the one rounding of the float32 sum; a wrong nibble, code,
 scale or min is far outside that. The integer model of what it computes is
 checked more tightly.
-A row's result is the same, bit for bit, whatever rows it shares a call with.
+A row's result is the same, bit for bit, whatever rows it shares a call with,
+and on a CPU with AMX, whichever of VNNI's and AMX's integer sums the call's
+rows chose.
 """
 
 from __future__ import annotations
@@ -129,18 +131,41 @@ def test_both_builds_compute_the_same_bits(type_name):
     if not _vectorized_here():
         pytest.skip("this CPU has no AVX-512 BF16")
     block = _block(type_name, 40, 96, seed=7)
-    x = torch.randn(9, 96, generator=torch.Generator().manual_seed(8)).bfloat16()
-    outputs = [KernelBlockLinear(block, None, load_kernel(source))(x) for source in BUILDS.values()]
-    assert torch.equal(*outputs)
+    for rows in (9, 70):  # below and past the rows (48) from which a CPU with AMX takes its tiles
+        x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(8)).bfloat16()
+        outputs = [KernelBlockLinear(block, None, load_kernel(source))(x) for source in BUILDS.values()]
+        assert torch.equal(*outputs)
+
+
+def _on(library, layer: KernelBlockLinear, x: torch.Tensor, use_amx: bool) -> torch.Tensor:
+    out = torch.empty(x.shape[0], layer.out_features, dtype=torch.bfloat16)
+    status = library.tercet_block_matmul_on(x.data_ptr(), x.stride(0), x.shape[0], layer.in_features,
+                                            layer.units_pointer, layer.kind_code, layer.out_features,
+                                            out.data_ptr(), layer.out_features, int(use_amx))
+    assert status == 0
+    return out
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0"])
+def test_amx_and_vnni_integer_sums_give_the_same_bits(type_name):
+    library = block_matmul.load_block_matmul()
+    if library is None or not library.tercet_block_matmul_amx():
+        pytest.skip("this CPU (or its kernel) gives no AMX")
+    generator = torch.Generator().manual_seed(11)
+    for columns_out, blocks in ((16, 1), (40, 2), (200, 18)):
+        layer = KernelBlockLinear(_block(type_name, columns_out, 32 * blocks, seed=columns_out), None, library)
+        for rows in (1, 15, 16, 17, 33, 64, 65, 130):  # partial groups of 16 and 32, and chunks of 64
+            x = torch.randn(rows, 32 * blocks, generator=generator).bfloat16()
+            assert torch.equal(_on(library, layer, x, True), _on(library, layer, x, False)), (columns_out, rows)
 
 
 @pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
 def test_a_rows_result_does_not_depend_on_its_batch(kernel, type_name):
     block = _block(type_name, 96, 128, seed=3)
     layer = KernelBlockLinear(block, None, kernel)
-    x = torch.randn(37, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
-    together = layer(x)
-    for row in (0, 4, 5, 36):
+    x = torch.randn(70, 128, generator=torch.Generator().manual_seed(4)).bfloat16()
+    together = layer(x)  # on AMX's integer sums where this CPU has AMX, one row at a time on VNNI's
+    for row in (0, 4, 5, 69):
         assert torch.equal(layer(x[row:row + 1]), together[row:row + 1])
     assert torch.equal(layer(x[3:9]), together[3:9])
 
