@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from tercet.model.cpu_threads import workers_wait_awake_through_a_step
 from tercet.parallel.topology import scheduler_name
 from tercet.processes.child import run_child
 from tercet.processes.title import set_process_title
@@ -16,6 +17,8 @@ def process_title(rank: int, tp_rank: int) -> str:
 
 
 def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_writer) -> None:
+    # First: OpenMP reads its settings once, when torch loads it.
+    workers_wait_awake_through_a_step()
     set_process_title(process_title(rank, tp_rank))
     log_name = scheduler_name(rank, tp_rank, config.scheduler.dp_size, config.parallel.tp_size)
     run_child(

@@ -118,3 +118,37 @@ def test_matmuls_give_the_same_bits_at_one_thread_and_at_two():
     done = subprocess.run([sys.executable, "-c", _MATMULS_AT_ONE_AND_TWO_THREADS], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split("\n")[0] == "AUTO,STRICT []"
+
+
+def test_openmp_workers_spin_through_a_step_unless_the_user_chose(monkeypatch):
+    from tercet.model.cpu_threads import WORKERS_SPIN, workers_wait_awake_through_a_step
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    workers_wait_awake_through_a_step()
+    assert os.environ["GOMP_SPINCOUNT"] == WORKERS_SPIN[1]
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    workers_wait_awake_through_a_step()
+    assert os.environ["GOMP_SPINCOUNT"] == "5"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # the user's policy: no spin count of ours over it
+    workers_wait_awake_through_a_step()
+    assert "GOMP_SPINCOUNT" not in os.environ
+
+
+def test_the_scheduler_process_sets_it_before_torch_loads_openmp():
+    # OpenMP reads GOMP_SPINCOUNT once, as torch loads it: by the time the scheduler's entry hands over to
+    # the child's set-up (which loads torch), the setting must be in place and torch not yet loaded.
+    check = """
+import os, sys, types
+import tercet.scheduler.process as entry
+seen = {}
+entry.set_process_title = lambda title: None
+entry.run_child = lambda *args, **kwargs: seen.update(spin=os.environ.get("GOMP_SPINCOUNT"), torch="torch" in sys.modules)
+config = types.SimpleNamespace(scheduler=types.SimpleNamespace(dp_size=1), parallel=types.SimpleNamespace(tp_size=1))
+entry.run_scheduler_process(config, None, 0, None, 0, None)
+assert seen == {"spin": "30000000", "torch": False}, seen
+"""
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    subprocess.run([sys.executable, "-c", check], check=True, env=environment)
