@@ -188,13 +188,17 @@ static void quantize_block(const uint16_t *values, int8_t *out, float *scale, fl
 }
 #endif
 
+/* Block b of row r of a chunk of `count` rows, quantized into its block-major place. */
+static inline void prepare_row_block(const uint16_t *x, int64_t x_stride, int64_t count, int64_t r, int64_t b,
+                                     Rows *rows) {
+    int64_t at = b * count + r;
+    quantize_block(x + r * x_stride + b * BLOCK, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at,
+                   rows->offsets + at);
+}
+
 static void prepare_rows(const uint16_t *x, int64_t x_stride, int64_t count, int64_t blocks, Rows *rows) {
     for (int64_t b = 0; b < blocks; b++)
-        for (int64_t r = 0; r < count; r++) {
-            int64_t at = b * count + r;
-            quantize_block(x + r * x_stride + b * BLOCK, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at,
-                           rows->offsets + at);
-        }
+        for (int64_t r = 0; r < count; r++) prepare_row_block(x, x_stride, count, r, b, rows);
 }
 
 /* The portable path: the same integer sums and the same float steps as the vectorized one, so the
@@ -571,24 +575,22 @@ static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t
                       int kind, int64_t n, uint16_t *y, int64_t y_stride, Rows *prepared) {
     int64_t tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     int failed = 0;
-    for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
-        int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
 #pragma omp parallel
-        {
-#pragma omp for schedule(static)
-            for (int64_t row_block = 0; row_block < count * blocks; row_block++) {
-                /* Read x row by row (the order memory gives it fastest); written block-major. */
-                int64_t r = row_block / blocks, b = row_block % blocks, at = b * count + r;
-                quantize_block(x + (first + r) * x_stride + b * BLOCK, prepared->xq + at * BLOCK,
-                               prepared->scales + at, prepared->sums + at, prepared->offsets + at);
-            }
-            configure_tiles();
-            /* A tile's Q4 codes split into nibbles, every block's (see tile_codes). */
-            uint8_t *split = kind == Q4 ? aligned_alloc(64, (size_t)(blocks * 512)) : NULL;
-            if (kind == Q4 && !split) {
+    {
+        configure_tiles();
+        /* A tile's Q4 codes split into nibbles, every block's (see tile_codes). */
+        uint8_t *split = kind == Q4 ? aligned_alloc(64, (size_t)(blocks * 512)) : NULL;
+        if (kind == Q4 && !split) {
 #pragma omp atomic write
-                failed = 1;
-            }
+            failed = 1;
+        }
+        for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
+            int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
+            /* Read x row by row (the order memory gives it fastest); written block-major. */
+#pragma omp for schedule(static)
+            for (int64_t row_block = 0; row_block < count * blocks; row_block++)
+                prepare_row_block(x + first * x_stride, x_stride, count, row_block / blocks, row_block % blocks,
+                                  prepared);
 #pragma omp for schedule(static)
             for (int64_t pair = 0; pair < (tiles + 1) / 2; pair++) {
                 if (kind == Q4 && !split) continue;
@@ -599,9 +601,9 @@ static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t
                                                             blocks, split, acc[side]);
                 store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, first);
             }
-            free(split);
-            _tile_release();
         }
+        free(split);
+        _tile_release();
     }
     return failed;
 }
