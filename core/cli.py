@@ -25,6 +25,7 @@ from tercet.config_display import config_as_toml
 from tercet.errors import TercetError
 from tercet.formats.default_model import resolve_model_path
 from tercet.formats.weight_formats import describe_weights
+from tercet.native.cpu import UnsupportedLevel, check_level, runnable_levels
 from tercet.plugin_host.listing import describe_plugins, format_plugins
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
 from tercet.plugin_host.skeleton import write_skeleton
@@ -147,8 +148,23 @@ def show_config(arguments: argparse.Namespace) -> int:
 def list_plugins(arguments: argparse.Namespace) -> int:
     config = config_from_arguments(arguments)
     described = describe_plugins(create_plugin_manager(disabled=config.disabled_plugins))
-    print(json.dumps(described, indent=2) if arguments.json else format_plugins(described))
+    if arguments.json:
+        print(json.dumps(described, indent=2))
+        return 0
+    print(f"native kernels: {native_level_line(config.model.cpu_isa)}")
+    print(format_plugins(described))
     return 0
+
+
+def native_level_line(cpu_isa: str) -> str:
+    """The level the scheduler's C kernels would run at under ``model.cpu_isa``, and what this CPU runs."""
+    runs = ", ".join(level.name for level in runnable_levels())
+    try:
+        level = check_level(cpu_isa)
+    except UnsupportedLevel as error:
+        return f"model.cpu_isa refused: {error}"
+    how = "model.cpu_isa" if cpu_isa != "auto" else "this CPU's best"
+    return f"level {level.name} ({level.summary}; {how}); this CPU runs {runs}"
 
 
 def new_plugin(arguments: argparse.Namespace) -> int:

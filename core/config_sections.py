@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tercet.native.levels import LEVEL_NAMES
+
 
 def _choice(default, *choices):
     return field(default=default, metadata={"choices": choices})
@@ -51,6 +53,10 @@ class ModelConfig:
     # every batch size, with no dense copy, and a layer's norms, SiLU and rotary
     # on its fused ops (core/model/cpu_fused_ops.c). false: torch's kernels and ops.
     native_kernels: bool = True
+    # The instruction-set level tercet's C kernels are built and run at (tercet.native.levels):
+    # auto: the best this CPU runs; a lower one forces it (tests, comparisons: avx2 on an
+    # AVX-512 machine); one the CPU lacks fails the start naming what it lacks.
+    cpu_isa: str = _choice("auto", "auto", *LEVEL_NAMES)
     # Where torch's weight-only kernels run a quantized layer on CPU (not the
     # block kernel): fed this many rows (tokens in one step) or more, it runs on
     # a bfloat16 copy of its weights kept beside its codes, as torch's kernels

@@ -25,14 +25,63 @@
 
 #define PARALLEL_FROM_ROWS 8
 
+/* The sum of squares of a row, in one order whatever vector width the compiler targets, so that
+ * builds for x86-64, x86-64-v3 and AVX-512 give the same bits: 16 partial sums, lane l summing the
+ * squares of x[i] for i % 16 == l in the order of i, then added in a fixed tree (lane l + lane l+8,
+ * then l + (l+4), l + (l+2), 0 + 1). The 16 are four vectors of 4 (GCC's vector type, at SSE's
+ * width, which every x86-64 has); an `omp simd reduction` kept as many sums as one register held,
+ * and the three builds differed in the last bit of the mean. (One vector of 16 kept the order too,
+ * but at x86-64-v3 GCC kept it in memory: 2-3.5x as long.) */
+typedef float float_x4 __attribute__((vector_size(16)));
+
+static float sum_of_squares(const activation_t *x, int64_t width) {
+    float_x4 sums[4] = {{0.0f}};
+    float lane[16];
+    int64_t i = 0;
+#ifdef TERCET_FLOAT32_ACTIVATIONS
+    for (; i + 16 <= width; i += 16)
+        for (int q = 0; q < 4; q++) {
+            float_x4 v;
+            memcpy(&v, x + i + 4 * q, sizeof v);
+            sums[q] += v * v;
+        }
+    memcpy(lane, sums, sizeof lane); /* sums[q][j] is lane 4q + j */
+#else
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the bfloat16 pairs below are read little-endian"
+#endif
+    /* Two bfloat16 a 32-bit word, the even one in its low half: as floats, word << 16 and
+     * word & 0xffff0000 (no shuffles, which SSE2 lacks for 16-bit lanes). */
+    typedef uint32_t uint32_x4 __attribute__((vector_size(16)));
+    for (; i + 16 <= width; i += 16)
+        for (int h = 0; h < 2; h++) {
+            uint32_x4 pairs;
+            memcpy(&pairs, x + i + 8 * h, sizeof pairs);
+            const uint32_x4 even_bits = pairs << 16, odd_bits = pairs & 0xffff0000u;
+            float_x4 even, odd;
+            memcpy(&even, &even_bits, sizeof even);
+            memcpy(&odd, &odd_bits, sizeof odd);
+            sums[2 * h] += even * even;
+            sums[2 * h + 1] += odd * odd;
+        }
+    for (int h = 0; h < 2; h++) /* sums[2h][j] is lane 8h + 2j, sums[2h + 1][j] lane 8h + 2j + 1 */
+        for (int j = 0; j < 4; j++) {
+            lane[8 * h + 2 * j] = sums[2 * h][j];
+            lane[8 * h + 2 * j + 1] = sums[2 * h + 1][j];
+        }
+#endif
+    for (int l = 0; i + l < width; l++) {
+        float value = load_activation(x[i + l]);
+        lane[l] += value * value;
+    }
+    for (int half = 8; half >= 1; half /= 2)
+        for (int l = 0; l < half; l++) lane[l] += lane[l + half];
+    return lane[0];
+}
+
 static void rms_norm_row(const activation_t *x, const activation_t *weight, float eps, int64_t width,
                          activation_t *out) {
-    float squares = 0.0f;
-#pragma omp simd reduction(+ : squares)
-    for (int64_t i = 0; i < width; i++) {
-        float value = load_activation(x[i]);
-        squares += value * value;
-    }
+    float squares = sum_of_squares(x, width);
     float scale = 1.0f / sqrtf(squares / (float)width + eps);
 #pragma omp simd
     for (int64_t i = 0; i < width; i++)

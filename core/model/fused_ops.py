@@ -14,7 +14,9 @@ import logging
 
 import torch
 
-from tercet.plugin_host.native_build import NativeBuildError, NativeSource, load_library
+from tercet.native.build import NativeBuildError, NativeSource, load_library
+from tercet.native.cpu import level_in_use
+from tercet.native.levels import IsaLevel
 
 logger = logging.getLogger(__name__)
 
@@ -85,11 +87,16 @@ class CpuFusedOps:
         )
 
 
-@functools.cache
 def _loaded(source: NativeSource, otherwise: str) -> CpuFusedOps | None:
-    """The steps of ``source``, or None where they cannot be built (the log says why, and ``otherwise``)."""
+    """The steps of ``source`` at the level in use, or None where they cannot be built (the log says why,
+    and ``otherwise``)."""
+    return _loaded_at(source, otherwise, level_in_use())
+
+
+@functools.cache
+def _loaded_at(source: NativeSource, otherwise: str, level: IsaLevel) -> CpuFusedOps | None:
     try:
-        return CpuFusedOps(load_library(source))
+        return CpuFusedOps(load_library(source, level=level))
     except NativeBuildError as error:
         logger.warning("%s: %s", otherwise, error)
         return None

@@ -37,6 +37,7 @@ from tercet.model.native_layers import load_layers_runner
 from tercet.model.pooling import pool_hidden_states
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
 from tercet.model.weights import LinearMethodChoice, LoadReport
+from tercet.native.cpu import best_level, is_forced, level_in_use, runnable_levels
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 logger = logging.getLogger(__name__)
@@ -316,4 +317,12 @@ def describe_weights(runner, kv_cache_bytes: int) -> dict:
         "kv_cache_bytes": kv_cache_bytes,
         "max_total_tokens": runner.max_total_tokens,
         "pooling": None if runner.pooling is None else runner.pooling.as_dict(),
+        "cpu_isa": describe_cpu_isa() if runner.device.type == "cpu" else None,
     }
+
+
+def describe_cpu_isa() -> dict:
+    """The instruction-set level this process's C kernels run at, and why (``model.cpu_isa``)."""
+    level = level_in_use()
+    return {"level": level.name, "summary": level.summary, "forced": is_forced(), "cpu_best": best_level().name,
+            "cpu_runs": [runnable.name for runnable in runnable_levels()]}

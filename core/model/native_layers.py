@@ -39,7 +39,9 @@ import torch
 
 from tercet.lora.lora_model import PROJECTIONS
 from tercet.model.native_calls import NativeAttention, NativeMatmul
-from tercet.plugin_host.native_build import NativeBuildError, NativeSource, load_library
+from tercet.native.build import NativeBuildError, NativeSource, load_library
+from tercet.native.cpu import level_in_use
+from tercet.native.levels import IsaLevel
 
 logger = logging.getLogger(__name__)
 
@@ -133,12 +135,16 @@ def native_adapter(weights, num_layers: int) -> NativeAdapter | None:
     return weights.native or None
 
 
-@functools.cache
 def load_layers_runner(dtype: torch.dtype = torch.bfloat16):
-    """The runner's C function over ``dtype``, built first if this machine has none (None where it
-    cannot be built)."""
+    """The runner's C function over ``dtype`` at the level in use, built first if this machine has none
+    (None where it cannot be built)."""
+    return _layers_runner_at(dtype, level_in_use())
+
+
+@functools.cache
+def _layers_runner_at(dtype: torch.dtype, level: IsaLevel):
     try:
-        function = load_library(BUILDS[dtype][0]).tercet_run_layers
+        function = load_library(BUILDS[dtype][0], level=level).tercet_run_layers
     except NativeBuildError as error:
         logger.warning("the model's layers run one call at a time from Python: %s", error)
         return None

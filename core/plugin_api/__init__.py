@@ -14,8 +14,11 @@ a plugin whose range leaves out the running version is refused at start-up
 with an error naming both. A plugin that declares nothing is assumed to fit.
 
 A plugin with a kernel in C ships the source and loads it with
-:func:`load_native_library` (built once per machine into tercet's cache;
-:class:`NativeBuildError` says why it cannot be, so the plugin can fall back).
+:func:`load_native_library` (built once per machine and instruction-set level into
+tercet's cache; :class:`NativeBuildError` says why it cannot be, so the plugin can fall
+back). :func:`level_in_use` is the level it is built at (an :class:`IsaLevel`: its name,
+compiler flags and CPU features), :func:`runnable_levels` those this CPU runs and
+:func:`cpu_features` what the CPU has: a kernel asks these, never the CPU itself.
 
 Nothing here imports torch or another heavy library: plugins are imported in
 every process. The model-side building blocks a linear method, an attention
@@ -47,10 +50,12 @@ from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.attention_factory import AttentionBackendFactory
 from tercet.model.linear_method import LinearMethod, LinearTarget
 from tercet.model.native_calls import NativeAttention, NativeMatmul
+from tercet.native.build import NativeBuildError, NativeSource
+from tercet.native.build import load_library as load_native_library
+from tercet.native.cpu import cpu_features, level_in_use, runnable_levels
+from tercet.native.levels import IsaLevel
 from tercet.plugin_host.compatibility import API_VERSION
 from tercet.plugin_host.hookspecs import hookimpl
-from tercet.plugin_host.native_build import NativeBuildError, NativeSource
-from tercet.plugin_host.native_build import load_library as load_native_library
 from tercet.reasoning.parser import ReasoningFrame, ReasoningParser, ReasoningPiece, ReasoningStream
 from tercet.reasoning.tags import TaggedReasoningParser
 from tercet.sampling_params import SamplingParams
@@ -99,6 +104,7 @@ __all__ = [
     "GrammarError",
     "GrammarMatcher",
     "GrammarTokenizer",
+    "IsaLevel",
     "LinearMethod",
     "LinearTarget",
     "LoraBackend",
@@ -133,8 +139,11 @@ __all__ = [
     "ToolCallParser",
     "ToolCallStream",
     "UnknownMessageError",
+    "cpu_features",
     "default_cache_dir",
     "hookimpl",
+    "level_in_use",
     "load_native_library",
     "read_call_object",
+    "runnable_levels",
 ]

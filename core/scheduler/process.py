@@ -6,6 +6,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from tercet.model.cpu_threads import workers_wait_awake_through_a_step
+from tercet.native.cpu import limit_torch_to
 from tercet.parallel.topology import scheduler_name
 from tercet.processes.child import run_child
 from tercet.processes.title import set_process_title
@@ -17,8 +18,9 @@ def process_title(rank: int, tp_rank: int) -> str:
 
 
 def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_writer) -> None:
-    # First: OpenMP reads its settings once, when torch loads it.
+    # First: OpenMP and torch's kernels read their settings once, when torch loads.
     workers_wait_awake_through_a_step()
+    limit_torch_to(config.model.cpu_isa)
     set_process_title(process_title(rank, tp_rank))
     log_name = scheduler_name(rank, tp_rank, config.scheduler.dp_size, config.parallel.tp_size)
     run_child(
@@ -72,6 +74,19 @@ def build_model_runner(context, tp=None):
     )
 
 
+def run_kernels_at(cpu_isa: str) -> None:
+    """The instruction-set level of this process's kernels (``model.cpu_isa``), before the first is loaded;
+    a level the CPU lacks is a :class:`ConfigError` naming it."""
+    from tercet.errors import ConfigError
+    from tercet.native.cpu import UnsupportedLevel, describe, use_level
+
+    try:
+        use_level(cpu_isa)
+    except UnsupportedLevel as error:
+        raise ConfigError(f"model.cpu_isa: {error}") from None
+    logging.getLogger(__name__).info("native kernels at %s", describe())
+
+
 def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.model.cpu_threads import same_results_at_any_thread_count
     from tercet.model_abilities import ModelAbilities
@@ -80,6 +95,7 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.tokenizer.loading import load_tokenizer
 
     config = context.config
+    run_kernels_at(config.model.cpu_isa)
     same_results_at_any_thread_count()  # the thread count follows the free cores (model.cpu_threads)
     with ThreadPoolExecutor(1, thread_name_prefix="tercet-tokenizer-ahead") as ahead:
         # The tokenizer (it decodes output tails to detect stop strings) loads while the weights do.

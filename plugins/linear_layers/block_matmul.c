@@ -31,12 +31,20 @@
  * a call takes never shows in its output (the batch invariance above holds across the two). The
  * float steps a block, not the products, bound that path: about 0.82x VNNI's time from 128 rows.
  *
- * Built without AVX-512 BF16 and VNNI (another CPU), the same layout runs through portable C with
- * the same integers and float steps (and with -DTERCET_PORTABLE, for tests); tercet then uses
- * torch's kernels instead (see tercet_block_matmul_vectorized).
+ * The integer sums and float steps have one definition, the portable C path's (tile_portable,
+ * quantize_block, store_bf16 under "portable" below), and every instruction-set level computes exactly
+ * its bits: the level a library was built for never shows in its output. The levels, the first that
+ * the compiler's target gives (-DTERCET_PORTABLE forces the portable one on any CPU, for tests):
+ *
+ * - AVX-512 (BF16, BW and VNNI: Zen 4, Sapphire Rapids), in this file, and AMX beside it for prompts;
+ * - AVX2 with FMA and F16C (x86-64-v3), block_matmul_avx2.h: 256-bit, u8 × s8 pair products;
+ * - NEON (AArch64), block_matmul_neon.h;
+ * - portable C, on any other CPU: there tercet uses torch's kernels instead (see
+ *   tercet_block_matmul_vectorized).
  */
 /* syscall() for AMX's permission, under -std=c11. */
 #define _GNU_SOURCE
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,14 +52,31 @@
 
 #include "tercet_bfloat16.h"
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && !defined(TERCET_PORTABLE)
-#include <immintrin.h>
-#define VECTORIZED 1
+/* The instruction-set level this library was built for (tercet_block_matmul_level). */
+#define LEVEL_PORTABLE 0
+#define LEVEL_AVX2 1
+#define LEVEL_AVX512 2
+#define LEVEL_NEON 3
+
+#if defined(TERCET_PORTABLE)
+#define LEVEL LEVEL_PORTABLE
+#elif defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define LEVEL LEVEL_AVX512
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define LEVEL LEVEL_AVX2
+#elif defined(__ARM_NEON)
+#define LEVEL LEVEL_NEON
 #else
-#define VECTORIZED 0
+#define LEVEL LEVEL_PORTABLE
 #endif
 
-#if VECTORIZED && defined(__AMX_TILE__) && defined(__AMX_INT8__)
+#if LEVEL == LEVEL_AVX512
+#include <immintrin.h>
+#endif
+#define VECTORIZED (LEVEL != LEVEL_PORTABLE)
+
+/* AMX's integer sums are finished by the AVX-512 path's float steps: only in its build. */
+#if LEVEL == LEVEL_AVX512 && defined(__AMX_TILE__) && defined(__AMX_INT8__)
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -63,17 +88,8 @@
 
 #define COLUMNS 16
 #define BLOCK 32
-/* Rows of x whose integer sums live in registers at once, against two tiles' 16 code registers
- * (measured against 5 and 6, which spill). */
-#define ROW_GROUP 4
 /* Rows handled per pass over the weights: their float32 sums and quantized blocks stay in L1. */
 #define ROW_CHUNK 64
-/* Units ahead of the one being multiplied whose bytes are prefetched (past a tile's end: the next
- * tile's), into L2 (PREFETCH_HINT). On Zen 4, one thread, one row, a Q4_1 matrix from memory: 1.8 ms
- * at 8 units into L1 (T0), 1.0-1.05 ms at 32-64 into L2 (T1): into L1, the lines came too late to
- * hide the memory's latency and too early to stay; 0.62-0.65x with two threads, unchanged at 32 rows. */
-#define PREFETCH_UNITS 64
-#define PREFETCH_HINT _MM_HINT_T1
 /* Calls of this many rows or more take AMX's integer sums where there is AMX. Measured over the default
  * model's decoder layers on the Xeon of docs/benchmarks.md (benchmarks/linear_kernels.py): AMX's time
  * over VNNI's 1.3x at 16 and 24 rows (a group of 16 rows mostly padding), even at 32, 0.96x at 48,
@@ -86,7 +102,12 @@ static int64_t codes_bytes(int kind) { return kind == Q4 ? 256 : 512; }
 
 static int64_t unit_bytes(int kind) { return codes_bytes(kind) + (kind == Q4 ? 4 : 2) * COLUMNS; }
 
+/* Nonzero where the kernel is built for a vectorized level (AVX-512, AVX2 or NEON): tercet uses it
+ * there, and torch's kernels on the portable build. */
 int tercet_block_matmul_vectorized(void) { return VECTORIZED; }
+
+/* The level this library was built for: 0 portable, 1 AVX2, 2 AVX-512, 3 NEON (for logs and tests). */
+int tercet_block_matmul_level(void) { return LEVEL; }
 
 /* The code of column c at input k (0..31) of a unit, as the layout stores it: register g = k / 4
  * holds the four inputs 4g..4g+3 of column c at bytes 4c..4c+3. Q8 stores them as q + 128, one a
@@ -150,16 +171,59 @@ typedef struct {
     int32_t *offsets;
 } Rows;
 
-/* One block of 32 inputs: both builds compute the same xq, sx (a float product rounded half to even)
- * and sums. */
-#if VECTORIZED
+/* 127 / max |x| for a block's quantization, or 0 where max |x| is 0 or so small that the quotient overflows
+ * (below about 3.7e-37): such a block is all zeros on every level, rather than each ISA's own answer to a
+ * conversion of infinity. */
+static inline float block_inverse(float largest) {
+    const float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
+    return inverse <= FLT_MAX ? inverse : 0.0f;
+}
+
+/* What a level's header (or section, for AVX-512) defines, each computing exactly the bits of the
+ * portable path below, whatever the rows, their count and the thread count:
+ *
+ * - static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum,
+ *                              int32_t *offset);
+ *   one block of 32 bfloat16 inputs: sx = max |x| / 127 (a float division), xq = x · (127 / max |x|)
+ *   (see block_inverse) as a float32 product rounded to nearest even (lrintf), −127..127, into
+ *   out[0..31]; *scale = sx, *sum = sx · (float)Σ xq, *offset = 128 Σ xq (Σ xq exact, in int32).
+ * - static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right,
+ *                        int64_t blocks, float *acc_left, float *acc_right);
+ *   static void tiles_q8(the same arguments);
+ *   the `count` (1..ROW_CHUNK) rows of `rows` (block-major, see Rows) against the units of tile `left`
+ *   (`blocks` units in a run) into acc_left, and of tile `right` into acc_right (acc_* are [count][16]
+ *   float32, row r at r * COLUMNS; `right` may be `left`, when it is the last, odd tile: acc_right is
+ *   then not read back). For each block b in order 0, 1, ..., each row r and column c, with the
+ *   exact integer dot = Σ q xq over the block (q the column's signed code: 0..15 for Q4, −128..127
+ *   for Q8, see code_at), d and m the unit's float16 scales widened exactly:
+ *       acc = fmaf((float)dot, d * sx, acc);          (d * sx rounded to float first)
+ *       acc = fmaf(m, sx Σ xq, acc);                   (Q4 only: rows->sums)
+ *   with no other rounding (no contraction of d * sx into the fma, no reassociation across blocks).
+ * - static inline void store_bf16(const float *sums, int64_t width, uint16_t *out);
+ *   out[c] = float_to_bf16(sums[c]) for c < width (1..16), as tercet_bfloat16.h rounds (ties to even,
+ *   a NaN stays a quiet NaN); sums[0..15] may all be read, out[width..15] is not written.
+ *
+ * A header may use what precedes this comment (COLUMNS, BLOCK, ROW_CHUNK, Q4/Q8, codes_bytes,
+ * unit_bytes, code_at, Rows) and defines nothing else that this file defines. */
+#if LEVEL == LEVEL_AVX512
+/* Rows of x whose integer sums live in registers at once, against two tiles' 16 code registers
+ * (measured against 5 and 6, which spill). */
+#define ROW_GROUP 4
+/* Units ahead of the one being multiplied whose bytes are prefetched (past a tile's end: the next
+ * tile's), into L2 (PREFETCH_HINT). On Zen 4, one thread, one row, a Q4_1 matrix from memory: 1.8 ms
+ * at 8 units into L1 (T0), 1.0-1.05 ms at 32-64 into L2 (T1): into L1, the lines came too late to
+ * hide the memory's latency and too early to stay; 0.62-0.65x with two threads, unchanged at 32 rows. */
+#define PREFETCH_UNITS 64
+#define PREFETCH_HINT _MM_HINT_T1
+
+/* One block of 32 inputs (see the contract above): 32 at once, as two halves of 16. */
 static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
     __m512 low = _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)values)), 16));
     __m512 high = _mm512_castsi512_ps(_mm512_slli_epi32(
         _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(values + 16))), 16));
     float largest = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high)));
-    __m512 inverse = _mm512_set1_ps(largest > 0.0f ? 127.0f / largest : 0.0f);
+    __m512 inverse = _mm512_set1_ps(block_inverse(largest));
     __m512i q_low = _mm512_cvtps_epi32(_mm512_mul_ps(low, inverse));
     __m512i q_high = _mm512_cvtps_epi32(_mm512_mul_ps(high, inverse));
     _mm_storeu_si128((__m128i *)out, _mm512_cvtsepi32_epi8(q_low));
@@ -169,84 +233,7 @@ static void quantize_block(const uint16_t *values, int8_t *out, float *scale, fl
     *sum = *scale * (float)codes;
     *offset = 128 * codes;
 }
-#else
-static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
-    float largest = 0.0f;
-    for (int k = 0; k < BLOCK; k++) {
-        float magnitude = fabsf(bf16_to_float(values[k]));
-        largest = magnitude > largest ? magnitude : largest;
-    }
-    float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
-    int32_t codes = 0;
-    for (int k = 0; k < BLOCK; k++) {
-        out[k] = (int8_t)lrintf(bf16_to_float(values[k]) * inverse);
-        codes += out[k];
-    }
-    *scale = largest / 127.0f;
-    *sum = *scale * (float)codes;
-    *offset = 128 * codes;
-}
-#endif
 
-/* Block b of row r of a chunk of `count` rows, quantized into its block-major place. */
-static inline void prepare_row_block(const uint16_t *x, int64_t x_stride, int64_t count, int64_t r, int64_t b,
-                                     Rows *rows) {
-    int64_t at = b * count + r;
-    quantize_block(x + r * x_stride + b * BLOCK, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at,
-                   rows->offsets + at);
-}
-
-static void prepare_rows(const uint16_t *x, int64_t x_stride, int64_t count, int64_t blocks, Rows *rows) {
-    for (int64_t b = 0; b < blocks; b++)
-        for (int64_t r = 0; r < count; r++) prepare_row_block(x, x_stride, count, r, b, rows);
-}
-
-/* The portable path: the same integer sums and the same float steps as the vectorized one, so the
- * same results. */
-#if !VECTORIZED
-static inline float half_to_float(uint16_t half) {
-    uint32_t sign = (uint32_t)(half & 0x8000u) << 16, exponent = (half >> 10) & 0x1f, mantissa = half & 0x3ffu;
-    uint32_t bits;
-    if (exponent == 0) {
-        if (mantissa == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            exponent = 127 - 15 + 1;
-            while (!(mantissa & 0x400u)) { mantissa <<= 1; exponent--; }
-            bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
-        }
-    } else if (exponent == 31) {
-        bits = sign | 0x7f800000u | (mantissa << 13);
-    } else {
-        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-    }
-    float out;
-    memcpy(&out, &bits, sizeof out);
-    return out;
-}
-
-static void tile_portable(const Rows *rows, int64_t count, const uint8_t *units, int64_t blocks, int kind,
-                          float *acc) {
-    for (int64_t b = 0; b < blocks; b++) {
-        const uint8_t *unit = units + b * unit_bytes(kind);
-        const uint16_t *halves = (const uint16_t *)(unit + codes_bytes(kind));
-        for (int c = 0; c < COLUMNS; c++) {
-            float d = half_to_float(halves[c]);
-            for (int64_t r = 0; r < count; r++) {
-                int64_t at = b * count + r;
-                const int8_t *xr = rows->xq + at * BLOCK;
-                int32_t dot = 0;
-                for (int k = 0; k < BLOCK; k++) dot += code_at(unit, kind, c, k) * xr[k];
-                float *out = acc + r * COLUMNS + c;
-                *out = fmaf((float)dot, d * rows->scales[at], *out);
-                if (kind == Q4) *out = fmaf(half_to_float(halves[COLUMNS + c]), rows->sums[at], *out);
-            }
-        }
-    }
-}
-#endif
-
-#if VECTORIZED
 /* A unit's codes as the 8 registers VNNI takes (see code_at); a 4-bit load splits into two. */
 static inline __attribute__((always_inline)) void load_codes(const uint8_t *unit, int kind, __m512i codes[8]) {
     if (kind == Q8) {
@@ -344,7 +331,125 @@ static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const
                      float *acc_left, float *acc_right) {
     tiles_of_kind(rows, count, left, right, blocks, Q8, acc_left, acc_right);
 }
+
+/* The first `width` (1..16) of 16 float32 sums as bfloat16, as float_to_bf16 does, 16 at a time. */
+static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
+    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(sums));
+    const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+    __m512i rounded = _mm512_add_epi32(
+        bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                               _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1))));
+    rounded = _mm512_mask_or_epi32(_mm512_srli_epi32(rounded, 16), nan, _mm512_srli_epi32(bits, 16),
+                                   _mm512_set1_epi32(0x40));
+    const __m256i halves = _mm512_cvtepi32_epi16(rounded);
+    if (width == COLUMNS)
+        _mm256_storeu_si256((__m256i *)out, halves);
+    else
+        _mm256_mask_storeu_epi16(out, (__mmask16)((1u << width) - 1), halves);
+}
+
+#elif LEVEL == LEVEL_AVX2
+#include "block_matmul_avx2.h"
+
+#elif LEVEL == LEVEL_NEON
+/* The NEON level (AArch64, Advanced SIMD). Its header meets the contract above: quantize_block,
+ * tiles_q4, tiles_q8 and store_bf16, the bits of the portable path (lrintf's rounding is
+ * vcvtnq_s32_f32's; the fmas must be vfmaq_f32's, fused, never a multiply then an add; F16 scales
+ * widened with vcvt_f32_f16, which is exact). */
+#include "block_matmul_neon.h"
+
+#else
+/* The portable path: the definition of every level's bits. */
+static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    float largest = 0.0f;
+    for (int k = 0; k < BLOCK; k++) {
+        float magnitude = fabsf(bf16_to_float(values[k]));
+        largest = magnitude > largest ? magnitude : largest;
+    }
+    float inverse = block_inverse(largest);
+    int32_t codes = 0;
+    for (int k = 0; k < BLOCK; k++) {
+        out[k] = (int8_t)lrintf(bf16_to_float(values[k]) * inverse);
+        codes += out[k];
+    }
+    *scale = largest / 127.0f;
+    *sum = *scale * (float)codes;
+    *offset = 128 * codes;
+}
+
+static inline float half_to_float(uint16_t half) {
+    uint32_t sign = (uint32_t)(half & 0x8000u) << 16, exponent = (half >> 10) & 0x1f, mantissa = half & 0x3ffu;
+    uint32_t bits;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            exponent = 127 - 15 + 1;
+            while (!(mantissa & 0x400u)) { mantissa <<= 1; exponent--; }
+            bits = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+        }
+    } else if (exponent == 31) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else {
+        bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static void tile_portable(const Rows *rows, int64_t count, const uint8_t *units, int64_t blocks, int kind,
+                          float *acc) {
+    for (int64_t b = 0; b < blocks; b++) {
+        const uint8_t *unit = units + b * unit_bytes(kind);
+        const uint16_t *halves = (const uint16_t *)(unit + codes_bytes(kind));
+        for (int c = 0; c < COLUMNS; c++) {
+            float d = half_to_float(halves[c]);
+            for (int64_t r = 0; r < count; r++) {
+                int64_t at = b * count + r;
+                const int8_t *xr = rows->xq + at * BLOCK;
+                int32_t dot = 0;
+                for (int k = 0; k < BLOCK; k++) dot += code_at(unit, kind, c, k) * xr[k];
+                float *out = acc + r * COLUMNS + c;
+                *out = fmaf((float)dot, d * rows->scales[at], *out);
+                if (kind == Q4) *out = fmaf(half_to_float(halves[COLUMNS + c]), rows->sums[at], *out);
+            }
+        }
+    }
+}
+
+static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
+                     float *acc_left, float *acc_right) {
+    tile_portable(rows, count, left, blocks, Q4, acc_left);
+    if (right != left) tile_portable(rows, count, right, blocks, Q4, acc_right);
+}
+
+static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
+                     float *acc_left, float *acc_right) {
+    tile_portable(rows, count, left, blocks, Q8, acc_left);
+    if (right != left) tile_portable(rows, count, right, blocks, Q8, acc_right);
+}
+
+/* The first `width` (1..16) of 16 float32 sums as bfloat16, as float_to_bf16 rounds them. */
+static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
+    for (int64_t c = 0; c < width; c++) out[c] = float_to_bf16(sums[c]);
+}
 #endif
+
+/* Block b of row r of a chunk of `count` rows, quantized into its block-major place. */
+static inline void prepare_row_block(const uint16_t *x, int64_t x_stride, int64_t count, int64_t r, int64_t b,
+                                     Rows *rows) {
+    int64_t at = b * count + r;
+    quantize_block(x + r * x_stride + b * BLOCK, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at,
+                   rows->offsets + at);
+}
+
+static void prepare_rows(const uint16_t *x, int64_t x_stride, int64_t count, int64_t blocks, Rows *rows) {
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t r = 0; r < count; r++) prepare_row_block(x, x_stride, count, r, b, rows);
+}
+
 
 #if AMX_BUILT
 typedef struct {
@@ -522,40 +627,13 @@ static int allocate_rows(int64_t count, int64_t k, Rows *rows) {
     return 1;
 }
 
-/* The first `width` (1..16) of 16 float32 sums as bfloat16, rounded as float_to_bf16 does (the same
- * integer steps, 16 at a time where vectorized). */
-static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
-#if VECTORIZED
-    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(sums));
-    const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
-    __m512i rounded = _mm512_add_epi32(
-        bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                               _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1))));
-    rounded = _mm512_mask_or_epi32(_mm512_srli_epi32(rounded, 16), nan, _mm512_srli_epi32(bits, 16),
-                                   _mm512_set1_epi32(0x40));
-    const __m256i halves = _mm512_cvtepi32_epi16(rounded);
-    if (width == COLUMNS)
-        _mm256_storeu_si256((__m256i *)out, halves);
-    else
-        _mm256_mask_storeu_epi16(out, (__mmask16)((1u << width) - 1), halves);
-#else
-    for (int64_t c = 0; c < width; c++) out[c] = float_to_bf16(sums[c]);
-#endif
-}
-
 /* The tiles `left` and `right` (the same tile when it is the last, odd one) into acc. */
 static void multiply_tiles(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right,
                            int64_t blocks, int kind, float *acc_left, float *acc_right) {
-#if VECTORIZED
     if (kind == Q8)
         tiles_q8(rows, count, left, right, blocks, acc_left, acc_right);
     else
         tiles_q4(rows, count, left, right, blocks, acc_left, acc_right);
-#else
-    tile_portable(rows, count, left, blocks, kind, acc_left);
-    if (right != left) tile_portable(rows, count, right, blocks, kind, acc_right);
-#endif
 }
 
 /* A pair of tiles' float32 sums (acc) as y's bfloat16, rows from `first`. */

@@ -12,8 +12,10 @@ are) and meet the codes in VNNI's byte dot product (or, from 48 rows on a CPU
 with AMX, in AMX's tile product, to the same bits): each input moves by at
 most max |x| / 254 of its block.
 
-The kernel is used where it is vectorized (a CPU with AVX-512 BF16 and VNNI) and the
-model computes in bfloat16; elsewhere the linear methods keep torch's
+The kernel is built at the instruction-set level in use (:func:`level_in_use`)
+and used where that level has vector code for it (x86's AVX2, AVX-512 VNNI and AMX,
+aarch64's NEON, dotprod and i8mm; every level computes the same bits) and the model
+computes in bfloat16; at the portable level the linear methods keep torch's
 kernels (see :func:`load_block_matmul`).
 """
 
@@ -27,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tercet.plugin_api import NativeBuildError, NativeMatmul, NativeSource, load_native_library
+from tercet.plugin_api import IsaLevel, NativeBuildError, NativeMatmul, NativeSource, level_in_use, load_native_library
 from tercet.plugin_api.model import BLOCK_SIZE, BlockQuantized
 
 logger = logging.getLogger(__name__)
@@ -55,22 +57,31 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     return library
 
 
-def load_kernel(source: NativeSource = SOURCE, cache_dir: Path | None = None) -> ctypes.CDLL:
-    """The kernel's library, built first if this machine has no copy yet (raises NativeBuildError)."""
-    return _bind(load_native_library(source, cache_dir))
+def load_kernel(source: NativeSource = SOURCE, cache_dir: Path | None = None,
+                level: IsaLevel | None = None) -> ctypes.CDLL:
+    """The kernel's library at ``level`` (default: the level in use), built first if this machine has no
+    copy yet (raises NativeBuildError)."""
+    return _bind(load_native_library(source, cache_dir, level=level))
+
+
+def load_block_matmul() -> ctypes.CDLL | None:
+    """The kernel's library where the level in use has vector code for it, else None (the log says why,
+    once per process and level)."""
+    return _load_at(level_in_use())
 
 
 @functools.cache
-def load_block_matmul() -> ctypes.CDLL | None:
-    """The kernel's library where it is vectorized here, else None (the log says why, once per process)."""
+def _load_at(level: IsaLevel) -> ctypes.CDLL | None:
     try:
-        library = load_native_library(SOURCE)
+        library = load_native_library(SOURCE, level=level)
     except NativeBuildError as error:
-        logger.warning("GGUF block weights run on torch's kernels with a dense copy: %s", error)
+        logger.warning("GGUF block weights run on torch's kernels: %s", error)
         return None
     if not library.tercet_block_matmul_vectorized():
-        logger.info("GGUF block weights run on torch's kernels: this CPU has no AVX-512 BF16")
+        logger.info("GGUF block weights run on torch's kernels: the block kernel has no vector code at level %s "
+                    "(%s)", level.name, level.summary)
         return None
+    logger.info("GGUF block weights run on the block kernel at level %s", level.name)
     return _bind(library)
 
 

@@ -2,8 +2,9 @@
 
 Up to :data:`KERNEL_MAX_ROWS` rows the layer runs :file:`few_rows_f32.c`,
 which reads the weights once, on every thread, as one stream per thread, and
-computes every row against them, where the CPU has AVX-512 (and a compiler
-built it). Measured with ``benchmarks/few_rows_f32.py`` (2 threads, all of
+computes every row against them, at every instruction-set level with vector
+code for it (AVX2 and AVX-512: the same bits, and the portable C path's too) where
+a compiler built it. Measured with ``benchmarks/few_rows_f32.py`` (2 threads, all of
 the default model's float32 decoder weights, best of 5):
 
 - Zen 4: 19.0 ms at 1 row, 18.4 at 2, 19.1 at 5 and 20.3 at 8, against 32.4,
@@ -43,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tercet.plugin_api import NativeBuildError, NativeMatmul, NativeSource, load_native_library
+from tercet.plugin_api import IsaLevel, NativeBuildError, NativeMatmul, NativeSource, level_in_use, load_native_library
 
 logger = logging.getLogger(__name__)
 
@@ -64,24 +65,35 @@ def bind_kernel(library: ctypes.CDLL):
     return function
 
 
-@functools.cache
 def kernel_library() -> ctypes.CDLL | None:
-    """The kernel's library where it is vectorized here, else None (the log says why, once per process)."""
+    """The kernel's library where the level in use has vector code for it, else None (the log says why,
+    once per process and level)."""
+    return _library_at(level_in_use())
+
+
+@functools.cache
+def _library_at(level: IsaLevel) -> ctypes.CDLL | None:
     try:
-        library = load_native_library(SOURCE)
+        library = load_native_library(SOURCE, level=level)
     except NativeBuildError as error:
         logger.warning("float32 layers at few rows run on torch's kernels: %s", error)
         return None
     if not library.tercet_few_rows_f32_vectorized():
-        logger.info("float32 layers at few rows run on torch's kernels: this CPU has no AVX-512")
+        logger.info("float32 layers at few rows run on torch's kernels: the kernel has no vector code at level %s",
+                    level.name)
         return None
+    logger.info("float32 layers at few rows run on the few-rows kernel at level %s", level.name)
     return library
 
 
-@functools.cache
 def load_kernel():
     """The kernel's function, with its argument types set, or None (see :func:`kernel_library`)."""
-    library = kernel_library()
+    return _kernel_at(level_in_use())
+
+
+@functools.cache
+def _kernel_at(level: IsaLevel):
+    library = _library_at(level)
     return None if library is None else bind_kernel(library)
 
 

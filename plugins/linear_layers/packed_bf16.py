@@ -9,12 +9,23 @@ removes it. The results are the same oneDNN kernel's, bit for bit.
 
 float32 is left alone: its packed path (MKL) rounds differently, and float32
 is the precision whose greedy output must equal transformers token for token.
+
+oneDNN packs bfloat16 only where the CPU computes in it (AVX-512 BW/VL/DQ or
+AVX-NE-CONVERT on x86): elsewhere its reorder raises at load. So packing asks
+torch whether this CPU has it, and tercet's instruction-set level whether the
+level in use allows it (a machine forced to ``cpu_isa = "avx2"`` packs nothing,
+as an AVX2 machine would).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from tercet.plugin_api import level_in_use
+
+# The features a level must promise for oneDNN's bfloat16 path (x86); other architectures' levels promise none.
+ONEDNN_BFLOAT16_NEEDS = frozenset({"avx512bw", "avx512vl", "avx512dq"})
 
 
 def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
@@ -24,6 +35,8 @@ def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and ONEDNN_BFLOAT16_NEEDS <= level_in_use().needs
+        and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     )
 
 

@@ -1,8 +1,8 @@
 """The decode kernel, compiled once per machine and loaded with ctypes.
 
 The C source ships in this package and is built by tercet's native build
-(:func:`tercet.plugin_api.load_native_library`: the system's C compiler,
-``-march=native``, into tercet's cache, once per source, compiler and CPU).
+(:func:`tercet.plugin_api.load_native_library`: the system's C compiler, at the
+instruction-set level in use, into tercet's cache, once per source, compiler and level).
 The served model's attention shape (query heads per KV head, head size) is
 compiled in as constants, so each shape is its own small library.
 No compiler, or one that fails, is a :class:`KernelUnavailable` with the
@@ -15,7 +15,7 @@ import ctypes
 from dataclasses import replace
 from pathlib import Path
 
-from tercet.plugin_api import AttentionLayout, NativeBuildError, NativeSource, load_native_library
+from tercet.plugin_api import AttentionLayout, IsaLevel, NativeBuildError, NativeSource, load_native_library
 
 SOURCE = NativeSource(__package__, "decode_attention.c", "paged_decode_attention")
 # The shapes whose query heads and sums fit the kernel's registers; others run its general loop.
@@ -37,9 +37,10 @@ def source_for(layout: AttentionLayout | None) -> NativeSource:
                    flags=SOURCE.flags + shape)
 
 
-def load_kernel(layout: AttentionLayout | None = None, cache_dir: Path | None = None):
-    """The kernel's C function for ``layout``'s shape, built first if this machine has no copy yet."""
-    function = load_native_library(source_for(layout), cache_dir).tercet_paged_decode_attention
+def load_kernel(layout: AttentionLayout | None = None, cache_dir: Path | None = None, level: IsaLevel | None = None):
+    """The kernel's C function for ``layout``'s shape at ``level`` (default: the level in use), built first if
+    this machine has no copy yet."""
+    function = load_native_library(source_for(layout), cache_dir, level=level).tercet_paged_decode_attention
     function.restype = ctypes.c_int
     function.argtypes = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,

@@ -15,8 +15,11 @@
  * it. Work items (sequence, split, and one KV head or all of them) are spread over
  * OpenMP threads.
  *
- * Built once per machine by tercet (see build.py) with -O3 -march=native
- * -fopenmp; called through ctypes with the tensors' data pointers.
+ * Built by tercet's native build (see build.py) for each instruction-set level:
+ * AVX-512 and AVX2 (with FMA) take the vector path below for head sizes that
+ * are multiples of 16, with the same bits on both; other head sizes and the
+ * portable level take the general C loop. Called through ctypes with the
+ * tensors' data pointers.
  */
 
 #include <math.h>
@@ -68,10 +71,10 @@ static inline void load_strided(const void *base, int dtype, int64_t offset, int
 /* The most query-head values (heads × head size) one work item attends for at once. */
 #define MAX_ITEM_WIDTH (MAX_GROUP * MAX_HEAD_DIM)
 
-/* One block's scores of one query head become its softmax weights, in place, against the
- * running maximum and sum (the online softmax); returns the factor the head's weighted sum
- * must be scaled by first (1 when the maximum did not move). */
-static inline float softmax_block(float *score, int count, float *maximum, float *sum) {
+/* Moves a head's running maximum, and its running sum with it, up to the largest of a block's
+ * `count` scores (the online softmax); returns the factor the head's weighted sum must be scaled
+ * by first (1 when the maximum did not move). */
+static inline float raise_maximum(const float *score, int count, float *maximum, float *sum) {
     float block_max = *maximum;
 #pragma omp simd reduction(max : block_max)
     for (int j = 0; j < count; j++) block_max = score[j] > block_max ? score[j] : block_max;
@@ -81,21 +84,58 @@ static inline float softmax_block(float *score, int count, float *maximum, float
         *sum *= rescale;
         *maximum = block_max;
     }
-    float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-    for (int j = 0; j < BLOCK; j++) {
-        score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
-        total += score[j];
-    }
-    *sum += total;
     return rescale;
 }
 
-#if defined(__AVX512F__)
+/* A block's weights added in order, not as a vector reduction (whose order would be the compiler's
+ * and its vector width's): the same sum on every ISA. */
+static inline float sum_in_order(const float *weight) {
+    float total = 0.0f;
+    for (int j = 0; j < BLOCK; j++) total += weight[j];
+    return total;
+}
+
+/* One block's scores of one query head become its softmax weights, in place (zero past `count`),
+ * against the running maximum and sum; returns raise_maximum's factor. */
+static inline float softmax_block(float *score, int count, float *maximum, float *sum) {
+    const float rescale = raise_maximum(score, count, maximum, sum), block_max = *maximum;
+#pragma omp simd
+    for (int j = 0; j < BLOCK; j++) score[j] = j < count ? exp_nonpositive(score[j] - block_max) : 0.0f;
+    *sum += sum_in_order(score);
+    return rescale;
+}
+
+/* The vector path, for head sizes that are multiples of 16: the same algorithm on AVX-512 and on
+ * AVX2 with FMA, over `vec16`, 16 float32 lanes: one register on AVX-512, two on AVX2 (lanes 0-7
+ * and 8-15). Each ISA gives the few operations below; every lane sees the same float operations in
+ * the same order on both, so the two give the same bits. -DTERCET_PORTABLE leaves only the general
+ * path (attend_split). */
+#if !defined(TERCET_PORTABLE) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#define VECTOR_PATH 1
 #include <immintrin.h>
+#define VECTOR_INLINE static inline __attribute__((always_inline))
+
+#if defined(__AVX512F__)
+typedef __m512 vec16;
+
+VECTOR_INLINE vec16 zero16(void) { return _mm512_setzero_ps(); }
+VECTOR_INLINE vec16 broadcast16(float value) { return _mm512_set1_ps(value); }
+VECTOR_INLINE vec16 loadu16(const float *from) { return _mm512_loadu_ps(from); }
+VECTOR_INLINE void storeu16(float *to, vec16 v) { _mm512_storeu_ps(to, v); }
+VECTOR_INLINE vec16 add16(vec16 a, vec16 b) { return _mm512_add_ps(a, b); }
+VECTOR_INLINE vec16 sub16(vec16 a, vec16 b) { return _mm512_sub_ps(a, b); }
+VECTOR_INLINE vec16 mul16(vec16 a, vec16 b) { return _mm512_mul_ps(a, b); }
+VECTOR_INLINE vec16 fma16(vec16 a, vec16 b, vec16 c) { return _mm512_fmadd_ps(a, b, c); }
+/* a > b ? a : b, lane by lane (b where either is NaN). */
+VECTOR_INLINE vec16 max16(vec16 a, vec16 b) { return _mm512_max_ps(a, b); }
+/* 2^n for whole numbers n (-126 to 127): the float whose bits are (n + 127) << 23. */
+VECTOR_INLINE vec16 pow2_16(vec16 n) {
+    const __m512i biased = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
+}
 
 /* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
-static inline __m512 load16(const void *base, int dtype, int64_t offset) {
+VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
     if (dtype == DTYPE_BFLOAT16) {
         __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + offset));
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
@@ -104,15 +144,15 @@ static inline __m512 load16(const void *base, int dtype, int64_t offset) {
 }
 
 /* The lanes of (a, b) that lo picks plus those hi picks: one round of sum_each. */
-static inline __attribute__((always_inline)) __m512 add_picked(__m512 a, __m512 b, __m512i lo, __m512i hi) {
+VECTOR_INLINE __m512 add_picked(__m512 a, __m512 b, __m512i lo, __m512i hi) {
     return _mm512_add_ps(_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b));
 }
 
 /* The sums of 16 vectors as one vector (lane j: the sum of vector j's lanes), in place. Each round
  * pairs the vectors and halves the partial sums each holds (16, 8, 4, 2, then 1 a key, the keys in
  * order): 15 additions for the 16 keys, where reducing each vector alone takes 4 each and as many
- * shuffles. */
-static inline __attribute__((always_inline)) __m512 sum_each(__m512 v[BLOCK]) {
+ * shuffles. A vector's lanes are folded in halves: lane i plus lane i + 8, then + 4, + 2, + 1. */
+VECTOR_INLINE vec16 sum_each(vec16 v[BLOCK]) {
     const __m512i lo16 = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i hi16 = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
     const __m512i lo8 = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0);
@@ -127,42 +167,132 @@ static inline __attribute__((always_inline)) __m512 sum_each(__m512 v[BLOCK]) {
     return add_picked(v[0], v[1], lo2, hi2);
 }
 
+#else /* AVX2 and FMA */
+typedef struct {
+    __m256 lo, hi; /* lanes 0-7, lanes 8-15 */
+} vec16;
+
+VECTOR_INLINE vec16 zero16(void) { return (vec16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+VECTOR_INLINE vec16 broadcast16(float value) { return (vec16){_mm256_set1_ps(value), _mm256_set1_ps(value)}; }
+VECTOR_INLINE vec16 loadu16(const float *from) { return (vec16){_mm256_loadu_ps(from), _mm256_loadu_ps(from + 8)}; }
+VECTOR_INLINE void storeu16(float *to, vec16 v) {
+    _mm256_storeu_ps(to, v.lo);
+    _mm256_storeu_ps(to + 8, v.hi);
+}
+VECTOR_INLINE vec16 add16(vec16 a, vec16 b) { return (vec16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+VECTOR_INLINE vec16 sub16(vec16 a, vec16 b) { return (vec16){_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
+VECTOR_INLINE vec16 mul16(vec16 a, vec16 b) { return (vec16){_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
+VECTOR_INLINE vec16 fma16(vec16 a, vec16 b, vec16 c) {
+    return (vec16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+}
+VECTOR_INLINE vec16 max16(vec16 a, vec16 b) { return (vec16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
+VECTOR_INLINE __m256 pow2_8(__m256 n) {
+    const __m256i biased = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
+}
+VECTOR_INLINE vec16 pow2_16(vec16 n) { return (vec16){pow2_8(n.lo), pow2_8(n.hi)}; }
+
+/* 8 bfloat16 values as float32. */
+VECTOR_INLINE __m256 widen8(const uint16_t *from) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)from);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+/* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
+VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
+    if (dtype == DTYPE_BFLOAT16) {
+        const uint16_t *from = (const uint16_t *)base + offset;
+        return (vec16){widen8(from), widen8(from + 8)};
+    }
+    return loadu16((const float *)base + offset);
+}
+
+/* sum_each of the AVX-512 path, on halves: the same additions of the same lanes (lane i plus lane
+ * i + 8, then + 4, + 2, + 1 for each vector), the keys' partial sums placed otherwise between the
+ * rounds so that the last round leaves them in order. */
+VECTOR_INLINE vec16 sum_each(vec16 v[BLOCK]) {
+    __m256 eight[BLOCK], four[BLOCK / 2], two[BLOCK / 4];
+    /* Lane i + lane i + 8: a vector's halves added. */
+    for (int k = 0; k < BLOCK; k++) eight[k] = _mm256_add_ps(v[k].lo, v[k].hi);
+    /* Lane i + lane i + 4 of vectors k and k + 4 (k = 0-3, 8-11), as [k's 4 | k + 4's 4]. */
+    for (int i = 0; i < BLOCK / 2; i++) {
+        const int k = i / 4 * 8 + i % 4;
+        four[i] = _mm256_add_ps(_mm256_permute2f128_ps(eight[k], eight[k + 4], 0x20),
+                                _mm256_permute2f128_ps(eight[k], eight[k + 4], 0x31));
+    }
+    /* Lane i + lane i + 2 of two such: [k, k, k + 1, k + 1 | k + 4, k + 4, k + 5, k + 5] for k = 0, 2, 8, 10. */
+    for (int i = 0; i < BLOCK / 4; i++)
+        two[i] = _mm256_add_ps(_mm256_shuffle_ps(four[2 * i], four[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                               _mm256_shuffle_ps(four[2 * i], four[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* Lane i + lane i + 1: the adjacent pairs, vectors 0-7 in order, then 8-15. */
+    return (vec16){_mm256_hadd_ps(two[0], two[1]), _mm256_hadd_ps(two[2], two[3])};
+}
+#endif
+
+/* exp_nonpositive (tercet_exp.h) on 16 lanes, operation for operation (keep the two in step), so
+ * that each lane has the bits the scalar function gives. GCC vectorizes the scalar one only where it
+ * can mask (AVX-512); for AVX2 it keeps the clamp a branch and the exp scalar, which took a fifth of
+ * the AVX2 path's time. */
+VECTOR_INLINE vec16 exp16(vec16 x) {
+    x = max16(broadcast16(-87.0f), x); /* x < -87 ? -87 : x */
+    const vec16 rounder = broadcast16(12582912.0f);
+    const vec16 n = sub16(add16(mul16(x, broadcast16(1.44269504088896341f)), rounder), rounder);
+    const vec16 r = sub16(sub16(x, mul16(n, broadcast16(0.693145751953125f))),
+                          mul16(n, broadcast16(1.428606765330187045e-06f)));
+    vec16 p = broadcast16(1.9875691500e-4f);
+    p = add16(mul16(p, r), broadcast16(1.3981999507e-3f));
+    p = add16(mul16(p, r), broadcast16(8.3334519073e-3f));
+    p = add16(mul16(p, r), broadcast16(4.1665795894e-2f));
+    p = add16(mul16(p, r), broadcast16(1.6666665459e-1f));
+    p = add16(mul16(p, r), broadcast16(5.0000001201e-1f));
+    p = add16(add16(mul16(mul16(p, r), r), r), broadcast16(1.0f));
+    return mul16(p, pow2_16(n));
+}
+
+/* softmax_block with exp16: the same weights, sum and factor. */
+VECTOR_INLINE float softmax_block16(float *score, int count, float *maximum, float *sum) {
+    const float rescale = raise_maximum(score, count, maximum, sum);
+    storeu16(score, exp16(sub16(loadu16(score), broadcast16(*maximum))));
+    for (int j = count; j < BLOCK; j++) score[j] = 0.0f;
+    *sum += sum_in_order(score);
+    return rescale;
+}
+
 /* One block of keys (their cache rows in `rows`) for one KV head and its `group` query heads
  * (`query`, scaled): the scores, the softmax against the running maxima and sums, and the values
  * added into `acc` (group × head_dim / 16 vectors). Each key row is read once for the scores and
  * once for the values. */
-static inline __attribute__((always_inline)) void attend_block(
-    const float *query, const int group, const int head_dim, const void *k_cache, const void *v_cache,
-    const int cache_dtype, const int64_t *rows, int count, float *maxima, float *sums, __m512 *acc) {
+VECTOR_INLINE void attend_block(const float *query, const int group, const int head_dim, const void *k_cache,
+                                const void *v_cache, const int cache_dtype, const int64_t *rows, int count,
+                                float *maxima, float *sums, vec16 *acc) {
     const int chunks = head_dim / 16;
     float scores[MAX_GROUP * BLOCK];
-    __m512 partials[MAX_GROUP * BLOCK]; /* each key's 16 partial sums of its score, per head */
+    vec16 partials[MAX_GROUP * BLOCK]; /* each key's 16 partial sums of its score, per head */
     for (int j = 0; j < count; j++) {
-        __m512 dots[MAX_GROUP];
-        for (int g = 0; g < group; g++) dots[g] = _mm512_setzero_ps();
+        vec16 dots[MAX_GROUP];
+        for (int g = 0; g < group; g++) dots[g] = zero16();
         for (int c = 0; c < chunks; c++) {
-            __m512 key = load16(k_cache, cache_dtype, rows[j] + c * 16);
+            vec16 key = load16(k_cache, cache_dtype, rows[j] + c * 16);
             for (int g = 0; g < group; g++)
-                dots[g] = _mm512_fmadd_ps(_mm512_loadu_ps(query + (int64_t)(g * chunks + c) * 16), key, dots[g]);
+                dots[g] = fma16(loadu16(query + (int64_t)(g * chunks + c) * 16), key, dots[g]);
         }
         for (int g = 0; g < group; g++) partials[g * BLOCK + j] = dots[g];
     }
     for (int j = count; j < BLOCK; j++)
-        for (int g = 0; g < group; g++) partials[g * BLOCK + j] = _mm512_setzero_ps();
-    for (int g = 0; g < group; g++) _mm512_storeu_ps(scores + g * BLOCK, sum_each(partials + g * BLOCK));
+        for (int g = 0; g < group; g++) partials[g * BLOCK + j] = zero16();
+    for (int g = 0; g < group; g++) storeu16(scores + g * BLOCK, sum_each(partials + g * BLOCK));
     for (int g = 0; g < group; g++) {
-        float rescale = softmax_block(scores + g * BLOCK, count, maxima + g, sums + g);
+        float rescale = softmax_block16(scores + g * BLOCK, count, maxima + g, sums + g);
         if (rescale != 1.0f) {
-            __m512 factor = _mm512_set1_ps(rescale);
-            for (int c = 0; c < chunks; c++) acc[g * chunks + c] = _mm512_mul_ps(acc[g * chunks + c], factor);
+            vec16 factor = broadcast16(rescale);
+            for (int c = 0; c < chunks; c++) acc[g * chunks + c] = mul16(acc[g * chunks + c], factor);
         }
     }
     for (int j = 0; j < count; j++) {
         for (int c = 0; c < chunks; c++) {
-            __m512 value = load16(v_cache, cache_dtype, rows[j] + c * 16);
+            vec16 value = load16(v_cache, cache_dtype, rows[j] + c * 16);
             for (int g = 0; g < group; g++)
-                acc[g * chunks + c] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g * BLOCK + j]), value,
-                                                     acc[g * chunks + c]);
+                acc[g * chunks + c] = fma16(broadcast16(scores[g * BLOCK + j]), value, acc[g * chunks + c]);
         }
     }
 }
@@ -172,14 +302,14 @@ static inline __attribute__((always_inline)) void attend_block(
  * from `partial`). A slot's rows of those heads lie side by side, so a block's keys of all of them
  * are one run of each cache: read together, the hardware streams them (measured 0.81x the time of
  * one head at a time, the same results). */
-static inline __attribute__((always_inline)) void attend_heads_avx512(
-    const float *queries, const int group, const int head_dim, const void *k_cache, const void *v_cache,
-    const int cache_dtype, const int64_t *slots, int num_kv_heads, int first_head, int heads, int64_t first,
-    int64_t last, float *partial, int64_t per_split) {
+VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, const int head_dim, const void *k_cache,
+                                       const void *v_cache, const int cache_dtype, const int64_t *slots,
+                                       int num_kv_heads, int first_head, int heads, int64_t first, int64_t last,
+                                       float *partial, int64_t per_split) {
     const int chunks = head_dim / 16, element = cache_dtype == DTYPE_BFLOAT16 ? 2 : 4;
-    __m512 acc[MAX_ITEM_WIDTH / 16];
+    vec16 acc[MAX_ITEM_WIDTH / 16];
     int64_t rows[BLOCK];
-    for (int i = 0; i < heads * group * chunks; i++) acc[i] = _mm512_setzero_ps();
+    for (int i = 0; i < heads * group * chunks; i++) acc[i] = zero16();
     for (int h = 0; h < heads; h++)
         for (int g = 0; g < group; g++) {
             partial[h * per_split + g] = -INFINITY;
@@ -205,7 +335,7 @@ static inline __attribute__((always_inline)) void attend_heads_avx512(
     }
     for (int h = 0; h < heads; h++)
         for (int i = 0; i < group * chunks; i++)
-            _mm512_storeu_ps(partial + h * per_split + 2 * group + (int64_t)i * 16, acc[h * group * chunks + i]);
+            storeu16(partial + h * per_split + 2 * group + (int64_t)i * 16, acc[h * group * chunks + i]);
 }
 
 /* The body with the group size and head size known at compile time, so that the loops over
@@ -218,15 +348,15 @@ static void attend_specialized(const float *queries, const void *k_cache, const 
                                const int64_t *slots, int num_kv_heads, int first_head, int heads, int64_t first,
                                int64_t last, float *partial, int64_t per_split) {
     if (cache_dtype == DTYPE_BFLOAT16)
-        attend_heads_avx512(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_BFLOAT16,
+        attend_heads_vector(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_BFLOAT16,
                             slots, num_kv_heads, first_head, heads, first, last, partial, per_split);
     else
-        attend_heads_avx512(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_FLOAT32,
+        attend_heads_vector(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_FLOAT32,
                             slots, num_kv_heads, first_head, heads, first, last, partial, per_split);
 }
 #endif
 
-static void attend_split_avx512(const float *queries, int group, int head_dim, const void *k_cache,
+static void attend_split_vector(const float *queries, int group, int head_dim, const void *k_cache,
                                 const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
                                 int first_head, int heads, int64_t first, int64_t last, float *partial,
                                 int64_t per_split) {
@@ -237,7 +367,7 @@ static void attend_split_avx512(const float *queries, int group, int head_dim, c
         return;
     }
 #endif
-    attend_heads_avx512(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, first_head,
+    attend_heads_vector(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, first_head,
                         heads, first, last, partial, per_split);
 }
 #endif
@@ -345,7 +475,7 @@ int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const v
      * path can hold them and there are splits enough to keep every thread busy, else one. A head's
      * result is the same either way. */
     int heads = 1;
-#if defined(__AVX512F__)
+#if defined(VECTOR_PATH)
     if (head_dim % 16 == 0 && num_heads * head_dim <= MAX_ITEM_WIDTH && num_splits >= 2 * omp_get_max_threads())
         heads = num_kv_heads;
 #endif
@@ -371,9 +501,9 @@ int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const v
             }
             float *partial = partials + (split * num_kv_heads + first_head) * per_split;
             const int64_t *slots = req_to_token + rows[b] * table_width;
-#if defined(__AVX512F__)
+#if defined(VECTOR_PATH)
             if (head_dim % 16 == 0)
-                attend_split_avx512(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads,
+                attend_split_vector(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads,
                                     first_head, heads, first, last, partial, per_split);
             else
 #endif

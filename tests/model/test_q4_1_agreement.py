@@ -20,7 +20,10 @@ import torch
 
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.model_runner import ModelRunner
+from tercet.native.cpu import runnable_levels, use_level
+from tercet.native.levels import LEVELS
 from tercet.plugins.linear_layers.block_matmul import load_block_matmul
+from tercet.testing.paged_greedy import PagedGreedyDriver
 from tercet.testing.runner_factory import model_runner_for
 from tercet.tokenizer.loading import load_tokenizer
 
@@ -29,6 +32,7 @@ MIN_TOP1_AGREEMENT = 0.90
 MAX_LOGPROB_DIFFERENCE = 1.0
 FLOAT32_POSITIONS = 24
 FLOAT32_TOLERANCE = 1e-3
+DECODED_TOKENS = 24
 
 
 def _runner(quantization: str, dtype: str, dense_from_rows: int = 0, native_kernels: bool = False) -> ModelRunner:
@@ -59,18 +63,33 @@ def reference(text_ids) -> torch.Tensor:
     return _logprobs(_runner("none", "float32"), text_ids)
 
 
+# The block kernel at each level this CPU runs (every level computes the same bits, see below), and torch's.
 PATHS = {
-    "block kernel": dict(native_kernels=True),
+    **{f"block kernel at {level.name}": dict(native_kernels=True, level=level.name) for level in LEVELS},
     "torch's int4 kernels": dict(dense_from_rows=0),
     "dense copy for many rows": dict(dense_from_rows=8),
 }
 
 
+@pytest.fixture
+def at_level():
+    """Runs the test's kernels at a forced instruction-set level, the CPU's best again after it."""
+    def force(name: str) -> None:
+        if name not in [level.name for level in runnable_levels()]:
+            pytest.skip(f"this CPU does not run level {name}")
+        use_level(name)
+        if load_block_matmul() is None:
+            pytest.skip(f"the block kernel has no vector code at level {name}: torch's kernels run there")
+    yield force
+    use_level("auto")
+
+
 @pytest.mark.parametrize("path", PATHS)
-def test_served_q4_1_agrees_with_the_dequantized_weights(text_ids, reference, path):
-    if path == "block kernel" and load_block_matmul() is None:
-        pytest.skip("this CPU has no AVX-512 BF16: the block kernel is not used here")
-    runner = _runner("auto", "auto", **PATHS[path])
+def test_served_q4_1_agrees_with_the_dequantized_weights(text_ids, reference, path, at_level):
+    options = dict(PATHS[path])
+    if "level" in options:
+        at_level(options.pop("level"))
+    runner = _runner("auto", "auto", **options)
     assert runner.dtype == torch.bfloat16
     assert runner.load_report.layers_by_method == {"q4_1": 120, "q8_0": 1}
     served = _logprobs(runner, text_ids)
@@ -80,6 +99,30 @@ def test_served_q4_1_agrees_with_the_dequantized_weights(text_ids, reference, pa
     print(f"{path}: top-1 agreement {agreement:.3f}, largest log-probability difference {difference:.3f}")
     assert agreement >= MIN_TOP1_AGREEMENT, f"top-1 agreement {agreement:.3f}"
     assert difference <= MAX_LOGPROB_DIFFERENCE, f"largest log-probability difference {difference:.3f}"
+
+
+def test_every_level_gives_the_same_bits(text_ids, at_level):
+    """The default model's prompt logits on the block kernel (and the fused steps built at the same level)
+    are the same bits at every level this CPU runs, and so are the tokens of a batch decoded greedily (the
+    decode attention and the one-call layer runner at that level too)."""
+    logits, decoded = {}, {}
+    for level in runnable_levels():
+        use_level(level.name)
+        if load_block_matmul() is None:
+            continue
+        logits[level.name] = _logprobs(_runner("auto", "auto", native_kernels=True), text_ids[:64])
+        driver = PagedGreedyDriver(_runner("auto", "auto", native_kernels=True))
+        sequences = [driver.start(text_ids[:40]), driver.start(text_ids[100:117])]
+        for _ in range(DECODED_TOKENS + 1):
+            driver.step(None, *sequences)
+        decoded[level.name] = [sequence.output_ids for sequence in sequences]
+    use_level("auto")
+    if len(logits) < 2:
+        pytest.skip(f"this CPU runs the block kernel at one level only ({', '.join(logits)})")
+    first, *others = logits
+    for name in others:
+        assert torch.equal(logits[name], logits[first]), f"level {name} differs from level {first}"
+        assert decoded[name] == decoded[first], f"level {name} decodes other tokens than level {first}"
 
 
 def test_in_float32_the_int4_kernels_equal_the_dequantized_weights(text_ids, reference):

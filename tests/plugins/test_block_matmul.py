@@ -1,7 +1,9 @@
-"""The block kernel against the dequantized weights, on random shapes, in both of its builds.
+"""The block kernel against the dequantized weights, on random shapes, at every level this CPU runs.
 
-The vectorized build (AVX-512 BF16, where this CPU has it) and the portable
-C build of the same source both read the layout :func:`pack_units` writes.
+The build of each instruction-set level (AVX2, AVX-512 VNNI and AMX on x86; NEON,
+dotprod and i8mm on aarch64, tested under qemu in tests/native/) and the portable
+C build of the same source all read the layout :func:`pack_units` writes, and all
+compute the same bits.
 The kernel multiplies x quantized to int8 a block of 32, so each output stays
 within that quantization's error (max |x| / 254 of the block an element, times
 each weight) of the dequantized product, plus a bfloat16 step
@@ -23,7 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
-from tercet.plugin_host import native_build
+from tercet.native import build as native_build
+from tercet.native.cpu import level_in_use, runnable_levels
+from tercet.native.levels import LEVELS, PORTABLE, level_named
 from tercet.plugins.linear_layers import block_matmul
 from tercet.plugins.linear_layers.block_matmul import (
     PORTABLE_SOURCE,
@@ -33,18 +37,22 @@ from tercet.plugins.linear_layers.block_matmul import (
     pack_units,
 )
 
-BUILDS = {"portable": PORTABLE_SOURCE, "vectorized": SOURCE}
+# The portable C path (forced by -DTERCET_PORTABLE), then each level with vector code of its own.
+VECTOR_LEVELS = [level.name for level in LEVELS if level != PORTABLE]
 
 
-def _vectorized_here() -> bool:
-    return bool(block_matmul.load_native_library(SOURCE).tercet_block_matmul_vectorized())
+def _library_at(name: str):
+    """The kernel built at level ``name``, or a skip naming it where this CPU does not run it."""
+    if name not in [level.name for level in runnable_levels()]:
+        pytest.skip(f"this CPU does not run level {name}")
+    library = load_kernel(SOURCE, level=level_named(name))
+    assert library.tercet_block_matmul_vectorized(), f"the block kernel has no vector code at level {name}"
+    return library
 
 
-@pytest.fixture(scope="module", params=list(BUILDS))
+@pytest.fixture(scope="module", params=["portable C", *VECTOR_LEVELS])
 def kernel(request):
-    if request.param == "vectorized" and not _vectorized_here():
-        pytest.skip("this CPU has no AVX-512 BF16")
-    return load_kernel(BUILDS[request.param])
+    return load_kernel(PORTABLE_SOURCE) if request.param == "portable C" else _library_at(request.param)
 
 
 def _block(type_name: str, rows: int, columns: int, seed: int) -> BlockQuantized:
@@ -126,15 +134,30 @@ def test_the_kernel_multiplies_x_quantized_to_int8_a_block(kernel, type_name, ro
     assert ((got - reference).abs() <= reference.abs() * 2**-8 + terms * 1e-6 + 1e-5).all()
 
 
+def _awkward_x(rows: int, columns: int, seed: int) -> torch.Tensor:
+    """Random rows with, block by block, the inputs that quantization treats specially: an all-zero block,
+    blocks of tiny (down to where 127 / max |x| overflows) and huge magnitudes, and exact ties."""
+    x = torch.randn(rows, columns, generator=torch.Generator().manual_seed(seed))
+    x[:, :32] = 0.0
+    if columns >= 96:
+        x[:, 32:64] *= 1e-37
+        x[:, 64:96] *= 1e30
+    if columns >= 128:
+        x[:, 96:128] = torch.tensor([127.0, 0.5, -0.5, 1.5, -2.5, 64.0, 0.0, -127.0] * 4)
+    return x.bfloat16()
+
+
+@pytest.mark.parametrize("level_name", VECTOR_LEVELS)
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0"])
-def test_both_builds_compute_the_same_bits(type_name):
-    if not _vectorized_here():
-        pytest.skip("this CPU has no AVX-512 BF16")
-    block = _block(type_name, 40, 96, seed=7)
-    for rows in (9, 70):  # below and past the rows (48) from which a CPU with AMX takes its tiles
-        x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(8)).bfloat16()
-        outputs = [KernelBlockLinear(block, None, load_kernel(source))(x) for source in BUILDS.values()]
-        assert torch.equal(*outputs)
+def test_every_level_computes_the_portable_paths_bits(level_name, type_name):
+    library, portable = _library_at(level_name), load_kernel(PORTABLE_SOURCE)
+    for columns_out, blocks in ((40, 3), (200, 5), (17, 18)):
+        block = _block(type_name, columns_out, 32 * blocks, seed=columns_out)
+        layer, reference = KernelBlockLinear(block, None, library), KernelBlockLinear(block, None, portable)
+        # Every remainder of a group of rows, and past the 48 rows from which a CPU with AMX takes its tiles.
+        for rows in (1, 2, 3, 4, 5, 9, 17, 70):
+            x = _awkward_x(rows, 32 * blocks, seed=rows)
+            assert torch.equal(layer(x).view(torch.int16), reference(x).view(torch.int16)), (columns_out, rows)
 
 
 def _on(library, layer: KernelBlockLinear, x: torch.Tensor, use_amx: bool) -> torch.Tensor:
@@ -197,5 +220,11 @@ def test_without_a_compiler_or_kernels_built_at_install_the_block_methods_keep_t
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")
     with caplog.at_level(logging.WARNING):
-        assert block_matmul.load_block_matmul.__wrapped__() is None
-    assert "GGUF block weights run on torch's kernels with a dense copy: no C compiler found" in caplog.text
+        assert block_matmul._load_at.__wrapped__(level_in_use()) is None
+    assert "GGUF block weights run on torch's kernels: " in caplog.text and "no C compiler found" in caplog.text
+
+
+def test_at_the_portable_level_the_block_methods_keep_torchs_kernels_and_say_why(caplog):
+    with caplog.at_level(logging.INFO):
+        assert block_matmul._load_at.__wrapped__(PORTABLE) is None
+    assert "the block kernel has no vector code at level portable" in caplog.text

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 from tercet.plugin_api import LinearTarget
-from tercet.plugin_host import native_build
+from tercet.native import build as native_build
+from tercet.native.cpu import level_in_use, runnable_levels
+from tercet.native.levels import level_named
 from tercet.plugins.linear_layers import few_rows_f32
 from tercet.plugins.linear_layers.few_rows_f32 import (
     KERNEL_MAX_ROWS,
@@ -21,15 +23,34 @@ from tercet.plugins.linear_layers.few_rows_f32 import (
 )
 from tercet.plugins.linear_layers.methods import DenseLinearMethod
 
-BUILDS = {"portable": PORTABLE_SOURCE, "vectorized": SOURCE}
+# The portable C path (forced by -DTERCET_PORTABLE), then each x86 level with vector code of its own.
+VECTOR_LEVELS = ("avx2", "avx512")
 
 
-@pytest.fixture(scope="module", params=list(BUILDS))
+def _library_at(name: str):
+    if name not in [level.name for level in runnable_levels()]:
+        pytest.skip(f"this CPU does not run level {name}")
+    library = native_build.load_library(SOURCE, level=level_named(name))
+    assert library.tercet_few_rows_f32_vectorized(), f"the kernel has no vector code at level {name}"
+    return library
+
+
+@pytest.fixture(scope="module", params=["portable C", *VECTOR_LEVELS])
 def kernel(request):
-    library = native_build.load_library(BUILDS[request.param])
-    if request.param == "vectorized" and not library.tercet_few_rows_f32_vectorized():
-        pytest.skip("this CPU has no AVX-512")
-    return bind_kernel(library)
+    if request.param == "portable C":
+        return bind_kernel(native_build.load_library(PORTABLE_SOURCE))
+    return bind_kernel(_library_at(request.param))
+
+
+@pytest.mark.parametrize("level_name", VECTOR_LEVELS)
+def test_every_level_computes_the_portable_paths_bits(level_name):
+    vector, portable = bind_kernel(_library_at(level_name)), bind_kernel(native_build.load_library(PORTABLE_SOURCE))
+    generator = torch.Generator().manual_seed(5)
+    for outputs, inputs in ((200, 100), (7, 13), (130, 576)):
+        weight = torch.randn(outputs, inputs, generator=generator)
+        for rows in (1, 2, 3, 4, 5, 9, 15, 16):
+            x = torch.randn(rows, inputs, generator=generator)
+            assert torch.equal(_run(vector, x, weight), _run(portable, x, weight)), (outputs, inputs, rows)
 
 
 def _run(kernel, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -82,7 +103,7 @@ def test_without_the_kernel_the_layer_keeps_torchs_products_and_says_why(monkeyp
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")
     with caplog.at_level(logging.WARNING):
-        assert few_rows_f32.kernel_library.__wrapped__() is None
+        assert few_rows_f32._library_at.__wrapped__(level_in_use()) is None
     assert "float32 layers at few rows run on torch's kernels: no C compiler found" in caplog.text
     monkeypatch.setattr(few_rows_f32, "load_kernel", lambda: None)
     torch.manual_seed(0)

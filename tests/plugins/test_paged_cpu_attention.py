@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tercet.plugin_api import AttentionLayout
-from tercet.plugin_host import native_build
+from tercet.native import build as native_build
+from tercet.native.cpu import runnable_levels
 from tercet.plugin_api.model import ForwardBatch
 from tercet.plugins.paged_cpu_attention import create_paged_cpu_backend
 from tercet.plugins.paged_cpu_attention.backend import PagedCpuAttentionBackend
@@ -58,6 +60,21 @@ def test_decode_attends_and_writes_as_torch_native_does(seed, seq_lens, num_kv_h
     got = run(PagedCpuAttentionBackend(layout, load_kernel(layout)), kernel_cache, table, batch, q, k, v)
     torch.testing.assert_close(got, expected, **TOLERANCE[dtype])
     assert_same_cache(kernel_cache, reference_cache)
+
+
+@pytest.mark.parametrize("head_dim,group", [(64, 3), (128, 1), (64, 8)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_every_vector_level_gives_the_same_bits(head_dim, group, dtype):
+    """AVX2's path is AVX-512's in two 8-lane halves: the same operations lane for lane, the same bits."""
+    levels = [level for level in runnable_levels() if level.name in ("avx2", "avx512", "amx")]
+    if len(levels) < 2:
+        pytest.skip(f"this CPU runs one vector level of the kernel only ({', '.join(level.name for level in levels)})")
+    layout, cache, table, batch, q, k, v = decode_case(9, [1, 15, 16, 17, 100, 700], 2, group, head_dim, 16, dtype)
+    outputs = {level.name: run(PagedCpuAttentionBackend(layout, load_kernel(layout, level=level)), copy_of(cache),
+                               table, batch, q, k, v) for level in levels}
+    first, *others = outputs
+    for name in others:
+        assert torch.equal(outputs[name], outputs[first]), f"level {name} differs from level {first}"
 
 
 def test_a_sequence_gets_the_same_output_whatever_its_batch_mates():

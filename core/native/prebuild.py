@@ -2,14 +2,17 @@
 
 ``pip install`` runs setuptools' ``build_py``; pyproject.toml swaps in
 :class:`BuildPyWithKernels`, which does the usual work and then compiles the
-built-in kernels' C sources for the CPU it runs on into
-``tercet/plugin_host/prebuilt_kernels/`` (in the wheel it builds, or in the
-source tree for an editable install). :func:`tercet.plugin_host.native_build.load_library`
-loads them from there by a name that is a digest of source, flags and CPU.
+built-in kernels' C sources for every instruction-set level of the machine's
+architecture that the compiler can target (:mod:`tercet.native.levels`: on x86
+the portable, AVX2, AVX-512 and AMX builds, whatever this CPU runs) into
+``tercet/native/prebuilt_kernels/`` (in the wheel it builds, or in the source
+tree for an editable install). :func:`tercet.native.build.load_library` loads
+the level in use from there by a name that is the level and a digest of source
+and flags, so a wheel serves any CPU of its architecture without a compiler.
 
 It runs before tercet is importable, so it reads the sources by their paths
-and loads ``native_build.py`` by its path, and it imports nothing else of
-tercet's. Installing never fails because of it: without a compiler, or with one
+and loads ``build.py`` and ``levels.py`` by their paths, and it imports nothing
+else of tercet's. Installing never fails because of it: without a compiler, or with one
 that fails, it says so and the kernels are built at the first start instead.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -60,38 +64,46 @@ class BuildPyWithKernels(build_py):
 
     def run(self) -> None:
         super().run()
-        plugin_host = Path(self.get_package_dir("tercet.plugin_host"))
+        native = Path(self.get_package_dir("tercet.native"))
         # An editable install runs the sources where they are; a wheel carries what build_lib holds.
-        target = (plugin_host if self.editable_mode else Path(self.build_lib) / "tercet" / "plugin_host") / PREBUILT_FOLDER
-        native_build = _load_native_build(plugin_host / "native_build.py")
-        prebuild(native_build, self.get_package_dir, plugin_host / "native_include", target)
+        target = (native if self.editable_mode else Path(self.build_lib) / "tercet" / "native") / PREBUILT_FOLDER
+        native_build = _load_by_path(native / "build.py", "tercet_native_build_at_install")
+        levels = _load_by_path(native / "levels.py", "tercet_native_levels_at_install")
+        prebuild(native_build, self.get_package_dir, native / "include", target,
+                 levels.levels_of(platform.machine()))
 
 
-def prebuild(native_build, package_dir, include_dir: Path, target: Path) -> list[Path]:
-    """Compile :func:`built_in_kernels` into ``target`` (emptied first); returns the libraries built.
+def prebuild(native_build, package_dir, include_dir: Path, target: Path, levels) -> list[Path]:
+    """Compile :func:`built_in_kernels` at each of ``levels`` into ``target`` (emptied first); returns
+    the libraries built.
 
-    ``package_dir(package)`` is the folder of a package's sources. A kernel that fails is reported
-    and skipped: it is built at the first start that needs it."""
+    ``package_dir(package)`` is the folder of a package's sources. A level whose flags the compiler
+    does not take is skipped with one line (its CPUs then compile at their first start, or run a
+    lower level's libraries where forced); a kernel that fails is reported and skipped: it is built
+    at the first start that needs it."""
     try:
         native_build.compiler()
     except native_build.NativeBuildError as error:
         _say(f"the kernels are not compiled now ({error}); the first start compiles the ones it needs")
         return []
     shutil.rmtree(target, ignore_errors=True)  # libraries of sources that have changed since
-    kernels = built_in_kernels()
-    _say(f"compiling {len(kernels)} kernels for this CPU into {target}")
+    levels = [level for level in levels if _compiler_targets(native_build, level, target)]
+    kernels = [(kernel, level) for level in levels for kernel in built_in_kernels()]
+    _say(f"compiling {len(kernels)} kernels ({len(built_in_kernels())} at each of the levels "
+         f"{', '.join(level.name for level in levels)}) into {target}")
 
-    def build(kernel) -> Path | None:
-        package, file_name, library_name, extra_flags = kernel
+    def build(kernel_at_level) -> Path | None:
+        (package, file_name, library_name, extra_flags), level = kernel_at_level
         c_file = Path(package_dir(package)) / file_name
-        flags = (*native_build.DEFAULT_FLAGS, *extra_flags)
-        text = native_build.source_text(c_file.read_bytes(), include_dir)
+        flags = (*native_build.DEFAULT_FLAGS, *extra_flags, *level.flags)
+        text = native_build.source_text(c_file.read_bytes(), include_dir, c_file.parent)
         try:
             return native_build.compile_c(
-                c_file, include_dir, flags, target / native_build.prebuilt_name(library_name, text, flags)
+                c_file, include_dir, flags, target / native_build.prebuilt_name(library_name, level.name, text, flags)
             )
         except (native_build.NativeBuildError, OSError) as error:
-            _say(f"{library_name} is not compiled now ({error}); the first start that needs it compiles it")
+            _say(f"{library_name} ({level.name}) is not compiled now ({error}); the first start that needs it "
+                 "compiles it")
             return None
 
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
@@ -100,8 +112,24 @@ def prebuild(native_build, package_dir, include_dir: Path, target: Path) -> list
     return built
 
 
-def _load_native_build(path: Path):
-    name = "tercet_native_build_at_install"
+def _compiler_targets(native_build, level, target: Path) -> bool:
+    """Whether the compiler takes ``level``'s flags (a one-line C file built with them); says so when not."""
+    probe = target / f".probe-{level.name}"
+    probe.mkdir(parents=True, exist_ok=True)
+    c_file = probe / "probe.c"
+    c_file.write_text("int tercet_probe(int x) { return x + 1; }\n")
+    try:
+        native_build.compile_c(c_file, probe, (*native_build.DEFAULT_FLAGS, *level.flags), probe / "probe.so")
+        return True
+    except (native_build.NativeBuildError, OSError) as error:
+        _say(f"level {level.name} is not compiled: the compiler does not take {' '.join(level.flags)} "
+             f"({str(error)[-200:]})")
+        return False
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _load_by_path(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # its dataclass looks its module up by name

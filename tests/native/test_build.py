@@ -1,4 +1,4 @@
-"""Plugins' C sources built once per machine into the cache, and what happens when that fails."""
+"""Plugins' C sources built once per machine and level into the cache, and what happens when that fails."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from tercet.plugin_host import native_build
-from tercet.plugin_host.native_build import NativeBuildError, NativeSource, build_library, library_path, load_library
+from tercet.native.build import NativeBuildError, NativeSource, build_library, library_path, load_library
+from tercet.native.cpu import level_in_use, runnable_levels
+from tercet.native.levels import PORTABLE
 
 SOURCE = NativeSource("tercet.plugins.paged_cpu_attention", "decode_attention.c", "paged_decode_attention")
 
@@ -28,11 +29,25 @@ def test_a_compile_error_is_reported_with_the_compiler_output(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no partial file is left behind
 
 
-def test_the_library_is_kept_per_cpu_and_per_flags(monkeypatch, tmp_path):
+def test_the_library_is_kept_per_level_and_per_flags(tmp_path):
     here = library_path(SOURCE, tmp_path)
+    assert here.name.startswith(f"paged_decode_attention-{level_in_use().name}-")
     assert library_path(dataclasses.replace(SOURCE, flags=(*SOURCE.flags, "-DX")), tmp_path) != here
-    monkeypatch.setattr(native_build, "cpu_identity", lambda: "flags: sse2")
-    assert library_path(SOURCE, tmp_path) != here
+    assert library_path(SOURCE, tmp_path, PORTABLE).name.startswith("paged_decode_attention-portable-")
+
+
+@pytest.mark.parametrize("level", runnable_levels(), ids=lambda level: level.name)
+def test_every_level_this_cpu_runs_builds_and_loads(level, tmp_path):
+    library = load_library(SOURCE, tmp_path, prebuilt=False, level=level)
+    assert library.tercet_paged_decode_attention is not None
+    assert library_path(SOURCE, tmp_path, level).exists()
+
+
+def test_a_levels_flags_reach_the_compiler(tmp_path):
+    """The portable build has no AVX-512 code, whatever this CPU is (the flags, not -march=native, decide)."""
+    library = load_library(NativeSource("tercet.plugins.linear_layers", "block_matmul.c", "block_matmul"), tmp_path,
+                           prebuilt=False, level=PORTABLE)
+    assert library.tercet_block_matmul_vectorized() == 0
 
 
 def test_without_a_compiler_the_error_says_so(monkeypatch, tmp_path):

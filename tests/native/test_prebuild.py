@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import platform
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,10 @@ import tercet.model.native_layers as native_layers
 import tercet.plugins.linear_layers.block_matmul as block_matmul
 import tercet.plugins.linear_layers.few_rows_f32 as few_rows_f32
 from tercet.plugin_api import AttentionLayout
-from tercet.plugin_host import kernel_prebuild, native_build
+from tercet.native import build as native_build
+from tercet.native import prebuild as kernel_prebuild
+from tercet.native.cpu import level_in_use, runnable_levels
+from tercet.native.levels import PORTABLE, levels_of
 from tercet.plugins.paged_cpu_attention import build as attention_build
 
 CORE_DIR = Path(native_build.__file__).parents[1]
@@ -25,12 +29,16 @@ def _package_dir(package: str) -> Path:
     return base.joinpath(*[part for part in package[len(prefix):].split(".") if part])
 
 
-def _install_names() -> set[str]:
-    include = Path(native_build.__file__).parent / "native_include"
+INCLUDE = Path(native_build.__file__).parent / "include"
+
+
+def _install_names(level) -> set[str]:
     names = set()
     for package, file_name, library_name, extra_flags in kernel_prebuild.built_in_kernels():
-        text = native_build.source_text((_package_dir(package) / file_name).read_bytes(), include)
-        names.add(native_build.prebuilt_name(library_name, text, (*native_build.DEFAULT_FLAGS, *extra_flags)))
+        c_file = _package_dir(package) / file_name
+        text = native_build.source_text(c_file.read_bytes(), INCLUDE, c_file.parent)
+        flags = (*native_build.DEFAULT_FLAGS, *extra_flags, *level.flags)
+        names.add(native_build.prebuilt_name(library_name, level.name, text, flags))
     return names
 
 
@@ -44,18 +52,21 @@ def _runtime_sources() -> list[native_build.NativeSource]:
             block_matmul.SOURCE, few_rows_f32.SOURCE, *attention]
 
 
-def test_the_install_step_builds_every_kernel_the_runtime_loads_under_the_name_it_looks_for():
-    runtime_names = {native_build.prebuilt_path(source).name for source in _runtime_sources()}
+@pytest.mark.parametrize("level", runnable_levels(), ids=lambda level: level.name)
+def test_the_install_step_builds_every_kernel_the_runtime_loads_under_the_name_it_looks_for(level):
+    runtime_names = {native_build.prebuilt_path(source, level).name for source in _runtime_sources()}
     assert len(runtime_names) == 6 + 16  # one per core kernel, one per attention shape
-    assert runtime_names == _install_names()
+    assert runtime_names == _install_names(level)
 
 
 def test_a_changed_source_or_flag_has_another_name_so_a_stale_library_is_never_loaded():
     source = native_layers.SOURCE
     here = native_build.prebuilt_path(source).name
     assert native_build.prebuilt_path(dataclasses.replace(source, flags=(*source.flags, "-DX"))).name != here
-    text = source.text()
-    assert native_build.prebuilt_name(source.library_name, text + b"/* edited */", source.flags) != here
+    level = level_in_use()
+    flags = (*source.flags, *level.flags)
+    assert native_build.prebuilt_name(source.library_name, level.name, source.text(), flags) == here
+    assert native_build.prebuilt_name(source.library_name, level.name, source.text() + b"/* edited */", flags) != here
 
 
 @pytest.fixture
@@ -67,8 +78,7 @@ def one_kernel(monkeypatch, tmp_path):
 
 
 def test_a_library_built_at_install_is_loaded_and_nothing_is_compiled_into_the_cache(one_kernel, tmp_path):
-    include = Path(native_build.__file__).parent / "native_include"
-    built = kernel_prebuild.prebuild(native_build, _package_dir, include, one_kernel)
+    built = kernel_prebuild.prebuild(native_build, _package_dir, INCLUDE, one_kernel, [level_in_use()])
     assert [path.name for path in built] == [native_build.prebuilt_path(native_layers.SOURCE).name]
     cache = tmp_path / "cache"
     assert native_build.load_library(native_layers.SOURCE, cache).tercet_run_layers is not None
@@ -81,8 +91,7 @@ def test_a_library_built_at_install_is_loaded_and_nothing_is_compiled_into_the_c
 def test_installing_without_a_compiler_builds_nothing_and_says_so(one_kernel, monkeypatch, capsys):
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")
-    include = Path(native_build.__file__).parent / "native_include"
-    assert kernel_prebuild.prebuild(native_build, _package_dir, include, one_kernel) == []
+    assert kernel_prebuild.prebuild(native_build, _package_dir, INCLUDE, one_kernel, [level_in_use()]) == []
     assert "the first start compiles the ones it needs" in capsys.readouterr().err
     assert not one_kernel.exists()
 
@@ -90,7 +99,20 @@ def test_installing_without_a_compiler_builds_nothing_and_says_so(one_kernel, mo
 def test_a_kernel_that_fails_to_compile_is_skipped_and_the_others_are_built(one_kernel, monkeypatch, capsys):
     broken = ("tercet.model", "native_layers.c", "broken", ("-fno-such-flag",))
     monkeypatch.setattr(kernel_prebuild, "built_in_kernels", lambda: [broken, kernel_prebuild.CORE_KERNELS[0]])
-    include = Path(native_build.__file__).parent / "native_include"
-    built = kernel_prebuild.prebuild(native_build, _package_dir, include, one_kernel)
+    built = kernel_prebuild.prebuild(native_build, _package_dir, INCLUDE, one_kernel, [level_in_use()])
     assert [path.name.split("-")[0] for path in built] == ["native_layers"]
-    assert "broken is not compiled now" in capsys.readouterr().err
+    assert "broken (" in capsys.readouterr().err
+
+
+def test_every_level_of_the_architecture_is_built_not_only_this_cpus(one_kernel):
+    """A wheel built here carries every level of its architecture, those this CPU lacks included."""
+    levels = levels_of(platform.machine())
+    built = kernel_prebuild.prebuild(native_build, _package_dir, INCLUDE, one_kernel, levels)
+    assert sorted(path.name.split("-")[1] for path in built) == sorted(level.name for level in levels)
+
+
+def test_a_level_the_compiler_cannot_target_is_skipped_with_one_line(one_kernel, capsys):
+    unknown = dataclasses.replace(PORTABLE, name="imaginary", flags=("-mno-such-isa-flag",))
+    built = kernel_prebuild.prebuild(native_build, _package_dir, INCLUDE, one_kernel, [unknown, PORTABLE])
+    assert [path.name.split("-")[1] for path in built] == ["portable"]
+    assert "level imaginary is not compiled" in capsys.readouterr().err

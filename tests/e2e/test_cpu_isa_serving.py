@@ -1,0 +1,45 @@
+"""The default server with its kernels forced to the AVX2 level (``model.cpu_isa = "avx2"``): the lane that
+runs an AVX2-only machine's code on any x86 machine that has AVX2, and the refusal of a level the CPU lacks."""
+
+import httpx
+import openai
+import pytest
+
+from tercet.native.cpu import runnable_levels
+from tercet.native.levels import LEVELS
+
+pytestmark = pytest.mark.real_model
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def avx2_server(start_server):
+    if "avx2" not in [level.name for level in runnable_levels()]:
+        pytest.skip("this CPU has no AVX2: the avx2 level cannot run here")
+    return start_server(None, ["scheduler.max_running_requests=4", "model.cpu_isa=avx2"])
+
+
+def test_the_server_reports_the_forced_level(avx2_server):
+    info = httpx.get(avx2_server.base_url + "/get_server_info", timeout=60).json()
+    weights = info["ranks"][0]["weights"]
+    assert weights["cpu_isa"]["level"] == "avx2"
+    assert weights["cpu_isa"]["forced"] is True
+    assert "avx2" in weights["cpu_isa"]["cpu_runs"]
+    assert weights["layers_by_method"] == {"q4_1": 120, "q8_0": 1}
+    assert "native kernels at avx2" in avx2_server.log()
+    assert "GGUF block weights run on the block kernel at level avx2" in avx2_server.log()
+
+
+def test_the_avx2_level_answers_the_capital_of_france(avx2_server):
+    client = openai.OpenAI(base_url=avx2_server.base_url + "/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=QUESTION, temperature=0,
+                                           max_tokens=40)
+    assert "Paris" in reply.choices[0].message.content
+
+
+def test_a_level_this_cpu_lacks_fails_the_start_naming_it(tercet_start_server):
+    lacking = next(level for level in LEVELS if level not in runnable_levels())
+    with pytest.raises(RuntimeError) as failure:
+        tercet_start_server(None, [f"model.cpu_isa={lacking.name}"])
+    assert f"model.cpu_isa: instruction-set level {lacking.name!r} cannot run here" in str(failure.value)
