@@ -7,7 +7,7 @@ synthetic prompts from a seed); only one server runs at a time.
     python benchmarks/serving_table.py --system tercet-fp32 --system tercet-bf16 \\
         --system "llama.cpp-q4_1=/tmp/llamacpp/serve.sh" --json-out /tmp/table.json
 
-A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16`` or ``NAME=COMMAND``: a
+A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16``, ``tercet-avx2`` or ``NAME=COMMAND``: a
 shell command that starts a server on ``$PORT`` (its ``-np``/slots from
 ``$NP``). The server's whole process tree (its session) is sampled for PSS: once
 when healthy (idle) and every 0.25 s during each load (peak). The markdown
@@ -40,6 +40,8 @@ TERCET_SYSTEMS = {
     "tercet": [],  # the default: the GGUF's own Q4_1 blocks, bfloat16 activations
     "tercet-fp32": ["--quantization", "none", "--dtype", "float32"],
     "tercet-bf16": ["--quantization", "none", "--dtype", "bfloat16"],
+    # The default with every kernel at the AVX2 level (and torch's held there too): an AVX2-only CPU's code.
+    "tercet-avx2": ["--set", "model.cpu_isa=avx2"],
 }
 
 

@@ -2,15 +2,22 @@
 
 pyproject.toml lists the packages and the built-in plugins' entry points by
 hand: a directory left out of it is missing from the wheel, and a plugin left
-out is never registered. The last two tests compare those lists with the tree.
+out is never registered. Two tests compare those lists with the tree. The wheel
+also carries the kernels built at every instruction-set level, which a machine
+without a compiler loads as they are.
 """
 
+import os
+import platform
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tercet.native.cpu import runnable_levels
+from tercet.native.levels import levels_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,3 +87,35 @@ def test_every_builtin_plugin_module_is_an_entry_point():
                 if "@hookimpl" in init.read_text()}
     registered = set(PYPROJECT["project"]["entry-points"]["tercet"].values())
     assert registered == modules | packages, "[project.entry-points.tercet] and the plugins in plugins/ differ"
+
+
+def test_the_wheel_carries_every_levels_kernels_and_their_sources(wheel):
+    """Built on one machine, the wheel holds the built-in kernels at every level of its architecture
+    (those this CPU lacks too), and the C sources and per-level headers for a kernel built at first start."""
+    names = set(wheel.namelist())
+    built = {name.rsplit("/", 1)[1].split("-")[1] for name in names if "/native/prebuilt_kernels/" in name}
+    assert built == {level.name for level in levels_of(platform.machine())}
+    for header in ["tercet/native/include/tercet_bfloat16.h", "tercet/plugins/linear_layers/block_matmul_avx2.h",
+                   "tercet/plugins/linear_layers/block_matmul_neon.h"]:
+        assert header in names
+
+
+def test_installed_without_a_compiler_the_wheel_loads_each_level_this_cpu_runs(wheel, tmp_path):
+    """What a wheel gives a machine with no compiler: the block kernel at every level this CPU runs, from the
+    wheel's own libraries, with nothing compiled (no compiler on PATH, an empty cache)."""
+    wheel.extractall(tmp_path / "site")
+    check = """
+import tercet
+from tercet.native.cpu import runnable_levels
+from tercet.plugins.linear_layers.block_matmul import load_kernel
+assert tercet.__file__.startswith(%r), tercet.__file__
+for level in runnable_levels():
+    assert load_kernel(level=level).tercet_block_matmul_level() >= 0
+print(" ".join(level.name for level in runnable_levels()))
+""" % str(tmp_path / "site")
+    environment = dict(os.environ, PYTHONPATH=str(tmp_path / "site"), PATH=str(Path(sys.executable).parent),
+                       CC="no-such-compiler", TERCET_CACHE_DIR=str(tmp_path / "cache"))
+    ran = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=environment, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.split() == [level.name for level in runnable_levels()]
+    assert not (tmp_path / "cache").exists()  # nothing was compiled

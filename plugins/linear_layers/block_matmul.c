@@ -1,4 +1,5 @@
-/* y = x · Wᵀ for bfloat16 activations and GGUF block weights (Q4_0, Q4_1, Q8_0), read as stored.
+/* y = x · Wᵀ for bfloat16 or float32 activations and GGUF block weights (Q4_0, Q4_1, Q8_0), read as
+ * stored.
  *
  * The weights are repacked once at load (block_matmul.py) into units of 16 output
  * columns × one block of 32 inputs: the codes in the order the kernel consumes them, then
@@ -19,6 +20,11 @@
  *
  * The quantization of x moves each input by at most max |x| / 254 of its block.
  *
+ * bfloat16 rows (tercet_block_matmul) and float32 rows (tercet_block_matmul_f32) take one path: a
+ * block of either is quantized by the same float32 steps (a bfloat16 widened exactly first, so a
+ * bfloat16 row and its float32 widening give the same xq, sx and sums), the tiles are the same, and
+ * only the last step differs: the float32 sums rounded to bfloat16, or stored as they are.
+ *
  * A unit's codes are loaded once for every row of a chunk of x, so at 32 rows the kernel does
  * the multiply-adds of a dense matmul over a quarter of the bytes, and at one row it is as fast as
  * memory gives the codes. Output columns are spread over OpenMP threads; every column's sum runs
@@ -32,9 +38,10 @@
  * float steps a block, not the products, bound that path: about 0.82x VNNI's time from 128 rows.
  *
  * The integer sums and float steps have one definition, the portable C path's (tile_portable,
- * quantize_block, store_bf16 under "portable" below), and every instruction-set level computes exactly
- * its bits: the level a library was built for never shows in its output. The levels, the first that
- * the compiler's target gives (-DTERCET_PORTABLE forces the portable one on any CPU, for tests):
+ * quantize_floats, store_bf16 under "portable" below), and every instruction-set level computes exactly
+ * its bits, for either dtype: the level a library was built for never shows in its output. The levels,
+ * the first that the compiler's target gives (-DTERCET_PORTABLE forces the portable one on any CPU, for
+ * tests):
  *
  * - AVX-512 (BF16, BW and VNNI: Zen 4, Sapphire Rapids), in this file, and AMX beside it for prompts;
  * - AVX2 with FMA and F16C (x86-64-v3), block_matmul_avx2.h: 256-bit, u8 × s8 pair products;
@@ -182,9 +189,11 @@ static inline float block_inverse(float largest) {
 /* What a level's header (or section, for AVX-512) defines, each computing exactly the bits of the
  * portable path below, whatever the rows, their count and the thread count:
  *
- * - static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum,
- *                              int32_t *offset);
- *   one block of 32 bfloat16 inputs: sx = max |x| / 127 (a float division), xq = x · (127 / max |x|)
+ * - static void quantize_block_bf16(const uint16_t *values, int8_t *out, float *scale, float *sum,
+ *                                   int32_t *offset);
+ *   static void quantize_block_f32(const float *values, the same);
+ *   one block of 32 inputs, bfloat16 (widened exactly to float32 first) or float32, both through one
+ *   quantization of 32 float32 values: sx = max |x| / 127 (a float division), xq = x · (127 / max |x|)
  *   (see block_inverse) as a float32 product rounded to nearest even (lrintf), −127..127, into
  *   out[0..31]; *scale = sx, *sum = sx · (float)Σ xq, *offset = 128 Σ xq (Σ xq exact, in int32).
  * - static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right,
@@ -201,10 +210,11 @@ static inline float block_inverse(float largest) {
  *   with no other rounding (no contraction of d * sx into the fma, no reassociation across blocks).
  * - static inline void store_bf16(const float *sums, int64_t width, uint16_t *out);
  *   out[c] = float_to_bf16(sums[c]) for c < width (1..16), as tercet_bfloat16.h rounds (ties to even,
- *   a NaN stays a quiet NaN); sums[0..15] may all be read, out[width..15] is not written.
+ *   a NaN stays a quiet NaN); sums[0..15] may all be read, out[width..15] is not written. (float32
+ *   output is stored by store_f32, below the levels: a copy, the same on every level.)
  *
  * A header may use what precedes this comment (COLUMNS, BLOCK, ROW_CHUNK, Q4/Q8, codes_bytes,
- * unit_bytes, code_at, Rows) and defines nothing else that this file defines. */
+ * unit_bytes, code_at, Rows, block_inverse) and defines nothing else that this file defines. */
 #if LEVEL == LEVEL_AVX512
 /* Rows of x whose integer sums live in registers at once, against two tiles' 16 code registers
  * (measured against 5 and 6, which spill). */
@@ -216,12 +226,9 @@ static inline float block_inverse(float largest) {
 #define PREFETCH_UNITS 64
 #define PREFETCH_HINT _MM_HINT_T1
 
-/* One block of 32 inputs (see the contract above): 32 at once, as two halves of 16. */
-static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
-    __m512 low = _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)values)), 16));
-    __m512 high = _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(values + 16))), 16));
+/* One block of 32 float32 inputs (see the contract above): 32 at once, as two halves of 16. */
+static inline __attribute__((always_inline)) void quantize_floats(__m512 low, __m512 high, int8_t *out, float *scale,
+                                                                  float *sum, int32_t *offset) {
     float largest = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high)));
     __m512 inverse = _mm512_set1_ps(block_inverse(largest));
     __m512i q_low = _mm512_cvtps_epi32(_mm512_mul_ps(low, inverse));
@@ -232,6 +239,20 @@ static void quantize_block(const uint16_t *values, int8_t *out, float *scale, fl
     *scale = largest / 127.0f;
     *sum = *scale * (float)codes;
     *offset = 128 * codes;
+}
+
+/* Sixteen bfloat16 as float32 (exact: a bfloat16 is a float32's top half). */
+static inline __m512 widen_bf16(const uint16_t *values) {
+    const __m512i widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)values));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
+}
+
+static void quantize_block_bf16(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    quantize_floats(widen_bf16(values), widen_bf16(values + 16), out, scale, sum, offset);
+}
+
+static void quantize_block_f32(const float *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    quantize_floats(_mm512_loadu_ps(values), _mm512_loadu_ps(values + 16), out, scale, sum, offset);
 }
 
 /* A unit's codes as the 8 registers VNNI takes (see code_at); a 4-bit load splits into two. */
@@ -353,29 +374,39 @@ static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
 #include "block_matmul_avx2.h"
 
 #elif LEVEL == LEVEL_NEON
-/* The NEON level (AArch64, Advanced SIMD). Its header meets the contract above: quantize_block,
- * tiles_q4, tiles_q8 and store_bf16, the bits of the portable path (lrintf's rounding is
- * vcvtnq_s32_f32's; the fmas must be vfmaq_f32's, fused, never a multiply then an add; F16 scales
- * widened with vcvt_f32_f16, which is exact). */
+/* The NEON level (AArch64, Advanced SIMD). Its header meets the contract above: quantize_block_bf16,
+ * quantize_block_f32, tiles_q4, tiles_q8 and store_bf16, the bits of the portable path (lrintf's
+ * rounding is vcvtnq_s32_f32's; the fmas must be vfmaq_f32's, fused, never a multiply then an add; F16
+ * scales widened with vcvt_f32_f16, which is exact). */
 #include "block_matmul_neon.h"
 
 #else
 /* The portable path: the definition of every level's bits. */
-static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+static void quantize_floats(const float *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
     float largest = 0.0f;
     for (int k = 0; k < BLOCK; k++) {
-        float magnitude = fabsf(bf16_to_float(values[k]));
+        float magnitude = fabsf(values[k]);
         largest = magnitude > largest ? magnitude : largest;
     }
     float inverse = block_inverse(largest);
     int32_t codes = 0;
     for (int k = 0; k < BLOCK; k++) {
-        out[k] = (int8_t)lrintf(bf16_to_float(values[k]) * inverse);
+        out[k] = (int8_t)lrintf(values[k] * inverse);
         codes += out[k];
     }
     *scale = largest / 127.0f;
     *sum = *scale * (float)codes;
     *offset = 128 * codes;
+}
+
+static void quantize_block_bf16(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    float widened[BLOCK];
+    for (int k = 0; k < BLOCK; k++) widened[k] = bf16_to_float(values[k]);
+    quantize_floats(widened, out, scale, sum, offset);
+}
+
+static void quantize_block_f32(const float *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    quantize_floats(values, out, scale, sum, offset);
 }
 
 static inline float half_to_float(uint16_t half) {
@@ -437,17 +468,34 @@ static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
 }
 #endif
 
-/* Block b of row r of a chunk of `count` rows, quantized into its block-major place. */
-static inline void prepare_row_block(const uint16_t *x, int64_t x_stride, int64_t count, int64_t r, int64_t b,
-                                     Rows *rows) {
-    int64_t at = b * count + r;
-    quantize_block(x + r * x_stride + b * BLOCK, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at,
-                   rows->offsets + at);
+/* The first `width` (1..16) of 16 float32 sums as y's float32: as they are, on every level. */
+static inline void store_f32(const float *sums, int64_t width, float *out) {
+    memcpy(out, sums, sizeof(float) * (size_t)width);
 }
 
-static void prepare_rows(const uint16_t *x, int64_t x_stride, int64_t count, int64_t blocks, Rows *rows) {
+/* The dtype of a call's x and y (the same for both). */
+enum { DTYPE_BF16 = 0, DTYPE_F32 = 1 };
+
+/* `elements` elements of `dtype` past `base`. */
+static inline const void *past(const void *base, int dtype, int64_t elements) {
+    return (const char *)base + elements * (dtype == DTYPE_F32 ? 4 : 2);
+}
+
+/* Block b of row r of a chunk of `count` rows (x, of `dtype`, from the chunk's first row), quantized into
+ * its block-major place. */
+static inline void prepare_row_block(const void *x, int64_t x_stride, int dtype, int64_t count, int64_t r, int64_t b,
+                                     Rows *rows) {
+    int64_t at = b * count + r;
+    const void *values = past(x, dtype, r * x_stride + b * BLOCK);
+    if (dtype == DTYPE_F32)
+        quantize_block_f32(values, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at, rows->offsets + at);
+    else
+        quantize_block_bf16(values, rows->xq + at * BLOCK, rows->scales + at, rows->sums + at, rows->offsets + at);
+}
+
+static void prepare_rows(const void *x, int64_t x_stride, int dtype, int64_t count, int64_t blocks, Rows *rows) {
     for (int64_t b = 0; b < blocks; b++)
-        for (int64_t r = 0; r < count; r++) prepare_row_block(x, x_stride, count, r, b, rows);
+        for (int64_t r = 0; r < count; r++) prepare_row_block(x, x_stride, dtype, count, r, b, rows);
 }
 
 
@@ -636,21 +684,26 @@ static void multiply_tiles(const Rows *rows, int64_t count, const uint8_t *left,
         tiles_q4(rows, count, left, right, blocks, acc_left, acc_right);
 }
 
-/* A pair of tiles' float32 sums (acc) as y's bfloat16, rows from `first`. */
+/* A pair of tiles' float32 sums (acc) as y's rows from `first`, in y's dtype. */
 static void store_pair(const float acc[2][COLUMNS * ROW_CHUNK], int64_t count, int64_t left, int64_t right, int64_t n,
-                       uint16_t *y, int64_t y_stride, int64_t first) {
+                       void *y, int64_t y_stride, int dtype, int64_t first) {
     for (int64_t side = 0; side < (right != left ? 2 : 1); side++) {
         int64_t tile = left + side, width = n - tile * COLUMNS < COLUMNS ? n - tile * COLUMNS : COLUMNS;
-        for (int64_t r = 0; r < count; r++)
-            store_bf16(acc[side] + r * COLUMNS, width, y + (first + r) * y_stride + tile * COLUMNS);
+        for (int64_t r = 0; r < count; r++) {
+            void *out = (void *)past(y, dtype, (first + r) * y_stride + tile * COLUMNS);
+            if (dtype == DTYPE_F32)
+                store_f32(acc[side] + r * COLUMNS, width, out);
+            else
+                store_bf16(acc[side] + r * COLUMNS, width, out);
+        }
     }
 }
 
 #if AMX_BUILT
 /* The chunks of rows through AMX's integer sums: as the VNNI path below, with the rows quantized over
  * the threads (the work of a large call) and each thread's tile state configured and given back. */
-static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t blocks, const uint8_t *units,
-                      int kind, int64_t n, uint16_t *y, int64_t y_stride, Rows *prepared) {
+static int amx_chunks(const void *x, int64_t x_stride, int64_t rows, int64_t blocks, const uint8_t *units, int kind,
+                      int64_t n, void *y, int64_t y_stride, int dtype, Rows *prepared) {
     int64_t tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     int failed = 0;
 #pragma omp parallel
@@ -667,8 +720,8 @@ static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t
             /* Read x row by row (the order memory gives it fastest); written block-major. */
 #pragma omp for schedule(static)
             for (int64_t row_block = 0; row_block < count * blocks; row_block++)
-                prepare_row_block(x + first * x_stride, x_stride, count, row_block / blocks, row_block % blocks,
-                                  prepared);
+                prepare_row_block(past(x, dtype, first * x_stride), x_stride, dtype, count, row_block / blocks,
+                                  row_block % blocks, prepared);
 #pragma omp for schedule(static)
             for (int64_t pair = 0; pair < (tiles + 1) / 2; pair++) {
                 if (kind == Q4 && !split) continue;
@@ -677,7 +730,8 @@ static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t
                 for (int side = 0; side < (right != left ? 2 : 1); side++)
                     (kind == Q8 ? amx_tile_q8 : amx_tile_q4)(prepared, count, units + (left + side) * blocks * bytes,
                                                             blocks, split, acc[side]);
-                store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, first);
+                store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, dtype,
+                           first);
             }
         }
         free(split);
@@ -687,17 +741,16 @@ static int amx_chunks(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t
 }
 #endif
 
-/* As tercet_block_matmul, with the integer sums from AMX (use_amx = 1, where tercet_block_matmul_amx()
- * says it is here) or from VNNI (0), whatever the rows: the tests' and benchmarks' way to hold the two
- * paths side by side. */
-int tercet_block_matmul_on(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
-                           int kind, int64_t n, uint16_t *y, int64_t y_stride, int use_amx) {
+/* x ([rows, k], x_stride apart) times the units into y ([rows, n], y_stride apart), both of `dtype`, the
+ * integer sums from AMX (use_amx = 1, where tercet_block_matmul_amx() says it is here) or from VNNI (0). */
+static int block_matmul(const void *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units, int kind,
+                        int64_t n, void *y, int64_t y_stride, int dtype, int use_amx) {
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     Rows prepared;
     if (allocate_rows(rows, k, &prepared)) return 1;
 #if AMX_BUILT
     if (use_amx && tercet_block_matmul_amx()) {
-        int failed = amx_chunks(x, x_stride, rows, blocks, units, kind, n, y, y_stride, &prepared);
+        int failed = amx_chunks(x, x_stride, rows, blocks, units, kind, n, y, y_stride, dtype, &prepared);
         free_rows(&prepared);
         return failed;
     }
@@ -706,7 +759,7 @@ int tercet_block_matmul_on(const uint16_t *x, int64_t x_stride, int64_t rows, in
 #endif
     for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
         int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
-        prepare_rows(x + first * x_stride, x_stride, count, blocks, &prepared);
+        prepare_rows(past(x, dtype, first * x_stride), x_stride, dtype, count, blocks, &prepared);
 #pragma omp parallel for schedule(static)
         for (int64_t pair = 0; pair < (tiles + 1) / 2; pair++) {
             float acc[2][COLUMNS * ROW_CHUNK];
@@ -714,16 +767,39 @@ int tercet_block_matmul_on(const uint16_t *x, int64_t x_stride, int64_t rows, in
             int64_t left = 2 * pair, right = left + 1 < tiles ? left + 1 : left;
             multiply_tiles(&prepared, count, units + left * blocks * bytes, units + right * blocks * bytes, blocks,
                            kind, acc[0], acc[1]);
-            store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, first);
+            store_pair((const float(*)[COLUMNS * ROW_CHUNK])acc, count, left, right, n, y, y_stride, dtype, first);
         }
     }
     free_rows(&prepared);
     return 0;
 }
 
+/* As tercet_block_matmul, with the integer sums from AMX (use_amx = 1, where tercet_block_matmul_amx()
+ * says it is here) or from VNNI (0), whatever the rows: the tests' and benchmarks' way to hold the two
+ * paths side by side. */
+int tercet_block_matmul_on(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
+                           int kind, int64_t n, uint16_t *y, int64_t y_stride, int use_amx) {
+    return block_matmul(x, x_stride, rows, k, units, kind, n, y, y_stride, DTYPE_BF16, use_amx);
+}
+
 /* x: [rows, K] bfloat16 with row stride x_stride; units: [ceil(N / 16), K / 32] units of the
  * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, or 1 when out of memory. */
 int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
                         int kind, int64_t n, uint16_t *y, int64_t y_stride) {
-    return tercet_block_matmul_on(x, x_stride, rows, k, units, kind, n, y, y_stride, rows >= AMX_ROWS);
+    return block_matmul(x, x_stride, rows, k, units, kind, n, y, y_stride, DTYPE_BF16, rows >= AMX_ROWS);
+}
+
+/* tercet_block_matmul_on over float32 rows: x and y float32, the sums stored as they are. */
+int tercet_block_matmul_f32_on(const float *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
+                               int kind, int64_t n, float *y, int64_t y_stride, int use_amx) {
+    return block_matmul(x, x_stride, rows, k, units, kind, n, y, y_stride, DTYPE_F32, use_amx);
+}
+
+/* tercet_block_matmul over float32 rows: x [rows, K] float32 (row stride x_stride), y [rows, N] float32
+ * (row stride y_stride), the same blocks of x quantized (a float32 row widened from bfloat16 gives the
+ * bfloat16 row's xq) and the same float32 sums as the bfloat16 call, stored without rounding: rounded to
+ * bfloat16 they are its y. The signature of a float32 model's one-call layer runner (native_layers.c). */
+int tercet_block_matmul_f32(const float *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units, int kind,
+                            int64_t n, float *y, int64_t y_stride) {
+    return block_matmul(x, x_stride, rows, k, units, kind, n, y, y_stride, DTYPE_F32, rows >= AMX_ROWS);
 }

@@ -5,7 +5,7 @@ output columns by one block of 32 inputs (the C file explains the layout
 and the arithmetic). :func:`pack_units` lays a :class:`BlockQuantized`
 weight out in those units once, at load time (the C file's packer writes the
 codes, so that the layout is defined in one place); :class:`KernelBlockLinear` then multiplies
-bfloat16 activations by it at every batch size, so no dense copy of the
+bfloat16 or float32 activations by it at every batch size, so no dense copy of the
 weight is kept and nothing is repacked for torch's int4 kernel. The
 activations are quantized to int8 a block of 32 (as llama.cpp's q8_0 / q8_1
 are) and meet the codes in VNNI's byte dot product (or, from 48 rows on a CPU
@@ -15,8 +15,15 @@ most max |x| / 254 of its block.
 The kernel is built at the instruction-set level in use (:func:`level_in_use`)
 and used where that level has vector code for it (x86's AVX2, AVX-512 VNNI and AMX,
 aarch64's NEON, dotprod and i8mm; every level computes the same bits) and the model
-computes in bfloat16; at the portable level the linear methods keep torch's
+computes in bfloat16 or float32; at the portable level the linear methods keep torch's
 kernels (see :func:`load_block_matmul`).
+
+float32 rows take the bfloat16 path's steps (a bfloat16 row widened to float32
+gives the same quantized blocks) and keep its float32 sums unrounded: they are
+what a bfloat16 call would round to its output. With torch's int4 kernel a
+float32 model's activations stay float32 through the products (its output
+equals the dequantized weights' to about 1e-4); here they are quantized to int8
+a block, as in bfloat16.
 """
 
 from __future__ import annotations
@@ -42,16 +49,20 @@ COLUMNS = 16
 KIND_CODES = {"Q4_0": 0, "Q4_1": 0, "Q8_0": 1}
 
 
+# Each activation dtype the kernel takes: its function's name (the ``_on`` variant adds the choice of
+# integer sums, 1: AMX where there is AMX, 0: VNNI, for tests and benchmarks) and its NativeMatmul name.
+FUNCTIONS = {torch.bfloat16: ("tercet_block_matmul", "bfloat16"), torch.float32: ("tercet_block_matmul_f32", "float32")}
+
+
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     arguments = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
     ]
-    library.tercet_block_matmul.restype = ctypes.c_int
-    library.tercet_block_matmul.argtypes = arguments
-    # The same with the integer sums' path chosen (1: AMX where there is AMX, 0: VNNI), for tests and benchmarks.
-    library.tercet_block_matmul_on.restype = ctypes.c_int
-    library.tercet_block_matmul_on.argtypes = [*arguments, ctypes.c_int]
+    for name, _ in FUNCTIONS.values():
+        for function, extra in ((getattr(library, name), []), (getattr(library, f"{name}_on"), [ctypes.c_int])):
+            function.restype = ctypes.c_int
+            function.argtypes = [*arguments, *extra]
     library.tercet_block_matmul_amx.restype = ctypes.c_int
     library.tercet_block_pack.restype = None
     return library
@@ -106,28 +117,31 @@ def pack_units(block: BlockQuantized, library: ctypes.CDLL) -> torch.Tensor:
 
 
 class KernelBlockLinear(nn.Module):
-    """A Q4_0 / Q4_1 / Q8_0 weight run through the block kernel, bfloat16 in and out."""
+    """A Q4_0 / Q4_1 / Q8_0 weight run through the block kernel, ``dtype`` (bfloat16 or float32) in and out."""
 
     # A row's output does not depend on the other rows of the call (model.deterministic).
     batch_invariant = True
 
-    def __init__(self, block: BlockQuantized, bias: torch.Tensor | None, library: ctypes.CDLL):
+    def __init__(self, block: BlockQuantized, bias: torch.Tensor | None, library: ctypes.CDLL,
+                 dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         self.out_features, self.in_features = block.shape
         self.type_name = block.type_name
         self.units = pack_units(block, library)
         self.units_pointer = self.units.data_ptr()
         self.kind_code = KIND_CODES[block.type_name]
-        self.kernel = library.tercet_block_matmul
-        self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        self.dtype = dtype
+        name, self.dtype_name = FUNCTIONS[dtype]
+        self.kernel = getattr(library, name)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().to(dtype), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Called about 120 times a decode step: the common case (2-D bfloat16 rows) takes no detours.
+        # Called about 120 times a decode step: the common case (2-D rows of the layer's dtype) takes no detours.
         rows = x if x.dim() == 2 else x.reshape(-1, self.in_features)
-        if rows.dtype != torch.bfloat16 or rows.stride(1) != 1:
-            rows = rows.to(torch.bfloat16).contiguous()
+        if rows.dtype != self.dtype or rows.stride(1) != 1:
+            rows = rows.to(self.dtype).contiguous()
         count = rows.shape[0]
-        out = torch.empty((count, self.out_features), dtype=torch.bfloat16)
+        out = torch.empty((count, self.out_features), dtype=self.dtype)
         if count and self.kernel(rows.data_ptr(), rows.stride(0), count, self.in_features, self.units_pointer,
                                  self.kind_code, self.out_features, out.data_ptr(), self.out_features):
             raise MemoryError("the block matmul kernel could not allocate its scratch memory")
@@ -139,8 +153,10 @@ class KernelBlockLinear(nn.Module):
         """This layer for a caller in C (the model's layers in one call); none with a bias, which the kernel does not add."""
         if self.bias is not None:
             return None
+        # Any number of rows: a float32 model's one call then takes its prompts too.
         return NativeMatmul(ctypes.cast(self.kernel, ctypes.c_void_p).value, self.units_pointer, self.kind_code,
-                            self.out_features, self.in_features)
+                            self.out_features, self.in_features, self.dtype_name)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, {self.type_name}, block kernel"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, {self.type_name}, "
+                f"block kernel, {self.dtype_name}")

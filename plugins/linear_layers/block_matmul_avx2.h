@@ -14,7 +14,7 @@
  *   q = u ^ 0x80 is split as |q| (unsigned, up to 128) and its sign moved onto xq (vpsignb):
  *   |q| · (±xq) pairs are at most 2 · 128 · 127 = 32512, exact; widened every register. That is
  *   Σ q xq directly (the AVX-512 path's Σ u xq − 128 Σ xq, the same integer), so no offset is
- *   subtracted. It needs |xq| ≤ 127 (vpsignb of −128 is −128), which quantize_block gives wherever
+ *   subtracted. It needs |xq| ≤ 127 (vpsignb of −128 is −128), which the quantization gives wherever
  *   127 / max |x| is finite.
  *
  * The float steps a block are the contract's, lane-wise (fmadd of (float)dot by d · sx, then m by
@@ -53,13 +53,12 @@ static inline __m256 avx2_widen_bf16(const uint16_t *values) {
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)values)), 16));
 }
 
-/* One block of 32 inputs (see the contract): 4 registers of 8. The largest magnitude is exact in any
- * order; 127 / largest is the same scalar division; vcvtps2dq rounds to nearest even, as lrintf; the
+/* One block of 32 float32 inputs (see the contract): 4 registers of 8. The largest magnitude is exact in
+ * any order; 127 / largest is the same scalar division; vcvtps2dq rounds to nearest even, as lrintf; the
  * two packs saturate as one int32 → int8 saturation does; Σ xq is the int32 sum of the conversions. */
-static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+static inline __attribute__((always_inline)) void avx2_quantize(const __m256 x[4], int8_t *out, float *scale,
+                                                                float *sum, int32_t *offset) {
     const __m256 magnitude_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 x[4];
-    for (int i = 0; i < 4; i++) x[i] = avx2_widen_bf16(values + 8 * i);
     __m256 most = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(x[0], magnitude_mask), _mm256_and_ps(x[1], magnitude_mask)),
                                 _mm256_max_ps(_mm256_and_ps(x[2], magnitude_mask), _mm256_and_ps(x[3], magnitude_mask)));
     __m128 four = _mm_max_ps(_mm256_castps256_ps128(most), _mm256_extractf128_ps(most, 1));
@@ -82,6 +81,18 @@ static void quantize_block(const uint16_t *values, int8_t *out, float *scale, fl
     *scale = largest / 127.0f;
     *sum = *scale * (float)codes;
     *offset = 128 * codes;
+}
+
+static void quantize_block_bf16(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    __m256 x[4];
+    for (int i = 0; i < 4; i++) x[i] = avx2_widen_bf16(values + 8 * i);
+    avx2_quantize(x, out, scale, sum, offset);
+}
+
+static void quantize_block_f32(const float *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    __m256 x[4];
+    for (int i = 0; i < 4; i++) x[i] = _mm256_loadu_ps(values + 8 * i);
+    avx2_quantize(x, out, scale, sum, offset);
 }
 
 /* Four inputs 4g..4g+3 of a quantized row, broadcast to every 32-bit lane. */

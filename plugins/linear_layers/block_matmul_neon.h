@@ -1,7 +1,7 @@
 /* The block kernel's aarch64 code (NEON, and the dot-product and int8-matrix extensions where the
  * build has them): included by block_matmul.c after its shared definitions (Rows, COLUMNS, BLOCK,
- * Q4 / Q8, codes_bytes, unit_bytes), in place of its portable quantize_block, tile_portable and
- * store_bf16.
+ * Q4 / Q8, codes_bytes, unit_bytes), in place of its portable quantize_block_bf16, quantize_block_f32,
+ * tile_portable and store_bf16.
  *
  * It computes the portable path's bits: the same int8 inputs (xq, sx, sx Σ xq, 128 Σ xq), the same
  * exact integer sums Σ q xq of a unit's codes (see code_at in block_matmul.c), and per output column
@@ -37,23 +37,19 @@
 /* Rows whose zipped input pairs (NEON_BATCH · 32 bytes) are kept for both tiles of a block. */
 #define NEON_BATCH 64
 
-/* One block of 32 bfloat16 inputs, as the portable quantize_block: the same max, xq (the product
- * rounded half to even, as lrintf; a product that is not a number or out of range, only when
- * 127 / max overflows or x is not finite, gives 0 as on x86), sx and sums. */
-static void quantize_block(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+/* One block of 32 float32 inputs (their bits, 4 a vector), as the portable quantize_floats: the same max,
+ * xq (the product rounded half to even, as lrintf; a product that is not a number or out of range, only
+ * when 127 / max overflows or x is not finite, gives 0 as on x86), sx and sums. */
+static inline __attribute__((always_inline)) void neon_quantize(const uint32x4_t bits[8], int8_t *out, float *scale,
+                                                                float *sum, int32_t *offset) {
     float32x4_t x[8];
     uint32x4_t widest = vdupq_n_u32(0);
     const uint32x4_t infinity = vdupq_n_u32(0x7f800000u), magnitude_bits = vdupq_n_u32(0x7fffffffu);
-    for (int i = 0; i < 4; i++) {
-        const uint16x8_t halves = vld1q_u16(values + 8 * i);
-        const uint32x4_t low = vshll_n_u16(vget_low_u16(halves), 16), high = vshll_high_n_u16(halves, 16);
-        x[2 * i] = vreinterpretq_f32_u32(low);
-        x[2 * i + 1] = vreinterpretq_f32_u32(high);
+    for (int i = 0; i < 8; i++) {
+        x[i] = vreinterpretq_f32_u32(bits[i]);
         /* |x| ordered as integers; a NaN (above infinity's bits) never wins, as in the portable loop. */
-        const uint32x4_t low_magnitude = vandq_u32(low, magnitude_bits);
-        const uint32x4_t high_magnitude = vandq_u32(high, magnitude_bits);
-        widest = vmaxq_u32(widest, vandq_u32(low_magnitude, vcleq_u32(low_magnitude, infinity)));
-        widest = vmaxq_u32(widest, vandq_u32(high_magnitude, vcleq_u32(high_magnitude, infinity)));
+        const uint32x4_t magnitude = vandq_u32(bits[i], magnitude_bits);
+        widest = vmaxq_u32(widest, vandq_u32(magnitude, vcleq_u32(magnitude, infinity)));
     }
     const uint32_t largest_bits = vmaxvq_u32(widest);
     float largest;
@@ -75,6 +71,23 @@ static void quantize_block(const uint16_t *values, int8_t *out, float *scale, fl
     *scale = largest / 127.0f;
     *sum = *scale * (float)codes;
     *offset = 128 * codes;
+}
+
+/* A block of 32 bfloat16 inputs, widened exactly (a bfloat16 is a float32's top half). */
+static void quantize_block_bf16(const uint16_t *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    uint32x4_t bits[8];
+    for (int i = 0; i < 4; i++) {
+        const uint16x8_t halves = vld1q_u16(values + 8 * i);
+        bits[2 * i] = vshll_n_u16(vget_low_u16(halves), 16);
+        bits[2 * i + 1] = vshll_high_n_u16(halves, 16);
+    }
+    neon_quantize(bits, out, scale, sum, offset);
+}
+
+static void quantize_block_f32(const float *values, int8_t *out, float *scale, float *sum, int32_t *offset) {
+    uint32x4_t bits[8];
+    for (int i = 0; i < 8; i++) bits[i] = vreinterpretq_u32_f32(vld1q_f32(values + 4 * i));
+    neon_quantize(bits, out, scale, sum, offset);
 }
 
 /* A quad's codes of one block as signed bytes: codes[g] holds columns 4 quad..4 quad + 3 × inputs

@@ -5,8 +5,9 @@ is (a Q4_1 GGUF under ``q4_1``); any other is converted once at load time
 (dequantized for ``dense``, quantized for the others).
 
 The block methods run on tercet's block kernel (:mod:`.block_matmul`) on a
-CPU with AVX-512 BF16 in bfloat16, and on torch's weight-only kernels
-elsewhere (with a dense copy for large batches, ``model.dense_from_rows``).
+CPU where it has vector code (AVX2, AVX-512, NEON), in bfloat16 or float32,
+and on torch's weight-only kernels elsewhere or with ``model.native_kernels =
+false`` (with a dense copy for large batches, ``model.dense_from_rows``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 from tercet.plugin_api import ConfigError, LinearMethod, LinearTarget
 from tercet.plugin_api.model import BLOCK_SIZE, BlockQuantized, CheckpointWeight, quantize_blocks
 from tercet.plugins.linear_layers import few_rows_f32
-from tercet.plugins.linear_layers.block_matmul import KernelBlockLinear, load_block_matmul
+from tercet.plugins.linear_layers.block_matmul import FUNCTIONS, KernelBlockLinear, load_block_matmul
 from tercet.plugins.linear_layers.packed_bf16 import PackedLinear, can_pack
 from tercet.plugins.linear_layers.quantized import (
     Int4BlockLinear,
@@ -98,7 +99,7 @@ class BlockLinearMethod(LinearMethod):
             weight = quantize_blocks(dense_of(weight).float(), self.type_name)
         kernel = _block_kernel_for(target)
         if kernel is not None:
-            return KernelBlockLinear(weight, bias, kernel)
+            return KernelBlockLinear(weight, bias, kernel, target.dtype)
         layer_type = Int8BlockLinear if self.type_name == "Q8_0" else Int4BlockLinear
         layer = layer_type(weight, bias, target.dtype, target.device)
         _keep_dense_copy(layer, lambda: dequantized_in_chunks(weight, target.dtype), target)
@@ -106,8 +107,8 @@ class BlockLinearMethod(LinearMethod):
 
 
 def _block_kernel_for(target: LinearTarget):
-    """The block kernel where it serves ``target`` (CPU, bfloat16, allowed, vectorized here), else None."""
-    if not target.native_kernels or target.device.type != "cpu" or target.dtype != torch.bfloat16:
+    """The block kernel where it serves ``target`` (CPU, bfloat16 or float32, allowed, vectorized here), else None."""
+    if not target.native_kernels or target.device.type != "cpu" or target.dtype not in FUNCTIONS:
         return None
     return load_block_matmul()
 

@@ -1,5 +1,11 @@
-"""The default server with its kernels forced to the AVX2 level (``model.cpu_isa = "avx2"``): the lane that
-runs an AVX2-only machine's code on any x86 machine that has AVX2, and the refusal of a level the CPU lacks."""
+"""Servers with their kernels forced to the AVX2 level (``model.cpu_isa = "avx2"``): the lane that runs an
+AVX2-only machine's code on any x86 machine that has AVX2, and the refusal of a level the CPU lacks.
+
+The default model on its Q4_1 blocks, with the activations quantized to int8 a block as llama.cpp's do,
+answers "What is the capital of France?" with "L'Étoile, la Marseillaise…" at every level, as llama-server
+on the same file does (measured on an AVX2 build); the same weights with exact activations (dense float32,
+or torch's int4 kernels) answer "The capital of France is Paris." What the AVX2 level must give is what the
+CPU's best level gives: the same tokens, and Paris from the float32 model."""
 
 import httpx
 import openai
@@ -31,11 +37,24 @@ def test_the_server_reports_the_forced_level(avx2_server):
     assert "GGUF block weights run on the block kernel at level avx2" in avx2_server.log()
 
 
-def test_the_avx2_level_answers_the_capital_of_france(avx2_server):
-    client = openai.OpenAI(base_url=avx2_server.base_url + "/v1", api_key="unused", max_retries=0)
+def _answer(server, max_tokens: int = 40) -> str:
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
     reply = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=QUESTION, temperature=0,
-                                           max_tokens=40)
-    assert "Paris" in reply.choices[0].message.content
+                                           max_tokens=max_tokens)
+    return reply.choices[0].message.content
+
+
+def test_the_avx2_level_answers_as_the_cpus_best_level_does(avx2_server, start_server):
+    best = start_server(None, ["scheduler.max_running_requests=4"])
+    assert _answer(avx2_server) == _answer(best)
+
+
+def test_the_float32_model_at_the_avx2_level_answers_paris(start_server):
+    if "avx2" not in [level.name for level in runnable_levels()]:
+        pytest.skip("this CPU has no AVX2: the avx2 level cannot run here")
+    server = start_server(None, ["model.cpu_isa=avx2", "model.quantization=none", "model.dtype=float32",
+                                 "cache.max_total_tokens=4096"])
+    assert "Paris" in _answer(server)
 
 
 def test_a_level_this_cpu_lacks_fails_the_start_naming_it(tercet_start_server):

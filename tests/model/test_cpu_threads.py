@@ -145,10 +145,36 @@ import tercet.scheduler.process as entry
 seen = {}
 entry.set_process_title = lambda title: None
 entry.run_child = lambda *args, **kwargs: seen.update(spin=os.environ.get("GOMP_SPINCOUNT"), torch="torch" in sys.modules)
-config = types.SimpleNamespace(scheduler=types.SimpleNamespace(dp_size=1), parallel=types.SimpleNamespace(tp_size=1))
+config = types.SimpleNamespace(scheduler=types.SimpleNamespace(dp_size=1), parallel=types.SimpleNamespace(tp_size=1),
+                               model=types.SimpleNamespace(cpu_isa="auto"))
 entry.run_scheduler_process(config, None, 0, None, 0, None)
 assert seen == {"spin": "30000000", "torch": False}, seen
 """
     environment = {name: value for name, value in os.environ.items()
                    if name not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    subprocess.run([sys.executable, "-c", check], check=True, env=environment)
+
+
+def test_a_forced_level_holds_torchs_kernels_there_before_torch_loads():
+    # ATen and oneDNN read their ISA limits once, as torch loads: a scheduler forced below the CPU's best
+    # level must set them first, so that torch's own kernels (oneDNN's bfloat16 packing) act as on such a CPU.
+    from tercet.native.cpu import best_level, runnable_levels
+
+    if "avx2" not in [level.name for level in runnable_levels()] or best_level().name == "avx2":
+        pytest.skip(f"this CPU runs no avx2 level below its best ({best_level().name})")
+    check = f"""
+import os, sys, types
+import tercet.scheduler.process as entry
+seen = {{}}
+entry.set_process_title = lambda title: None
+entry.run_child = lambda *args, **kwargs: seen.update(onednn=os.environ.get("ONEDNN_MAX_CPU_ISA"),
+                                                     aten=os.environ.get("ATEN_CPU_CAPABILITY"),
+                                                     torch="torch" in sys.modules)
+config = types.SimpleNamespace(scheduler=types.SimpleNamespace(dp_size=1), parallel=types.SimpleNamespace(tp_size=1),
+                               model=types.SimpleNamespace(cpu_isa="avx2"))
+entry.run_scheduler_process(config, None, 0, None, 0, None)
+assert seen == {{"onednn": "AVX2", "aten": "avx2", "torch": False}}, seen
+"""
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "TERCET_CPU_ISA")}
     subprocess.run([sys.executable, "-c", check], check=True, env=environment)

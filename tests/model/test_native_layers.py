@@ -4,7 +4,8 @@ Both run the same C functions in the same order (the block kernel, paged_cpu's
 attention, the fused norms, SiLU·mul and rotary), so the hidden states and the
 KV cache they write must be equal bit for bit: on prompts over a cached prefix,
 decode steps, and a batch mixing both. A float32 model's one call (steps of up
-to 16 tokens) is within float32's rounding of its layers on torch's ops.
+to 16 tokens) is within float32's rounding of its layers on torch's ops; with
+GGUF block weights on the block kernel it takes steps of any length.
 """
 
 from __future__ import annotations
@@ -65,11 +66,17 @@ def test_one_call_equals_the_layers_one_by_one(runner, prefixes, new_lengths):
             runner.req_to_token_pool.free(row)
 
 
-def test_float32_with_4_bit_layers_runs_layer_by_layer(tiny_llama_dir):
-    # torch's int4 kernels in float32 are no C functions: no one call.
-    runner = model_runner_for(tiny_llama_dir, dtype="float32", quantization="q4_1", native_kernels=True,
+@pytest.mark.parametrize("native_kernels", [True, False])
+def test_float32_with_4_bit_layers_runs_in_one_call_on_the_block_kernel_only(tiny_llama_dir, native_kernels):
+    # The block kernel's float32 function takes any number of rows; torch's int4 kernels (native_kernels
+    # off, or where the block kernel does not run) are no C functions: no one call.
+    runner = model_runner_for(tiny_llama_dir, dtype="float32", quantization="q4_1", native_kernels=native_kernels,
                               max_total_tokens=64, page_size=PAGE, max_running_requests=1)
-    assert runner.model.native_layers is None
+    layers = runner.model.native_layers
+    if native_kernels and load_block_matmul() is not None:
+        assert isinstance(layers, NativeLayers) and not layers.adds_adapters and layers.takes(4096)
+    else:
+        assert layers is None
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,10 @@
  *     block_matmul_driver OUT_DIR CASE...
  *
  * Each CASE file holds, little-endian: six int64 (kind: 0 Q4, 1 Q8; rows; k; n; the units' bytes;
- * 0), then x (bfloat16 [rows, k]) and the packed units (tercet_block_pack's layout). For each, the
- * driver writes into OUT_DIR, under the case file's name:
+ * the dtype of x and y: 0 bfloat16, 1 float32), then x ([rows, k]) and the packed units
+ * (tercet_block_pack's layout). For each, the driver writes into OUT_DIR, under the case file's name:
  *
- * - NAME.y: y (bfloat16 [rows, n]) from one tercet_block_matmul call;
+ * - NAME.y: y ([rows, n]) from one tercet_block_matmul (or tercet_block_matmul_f32) call;
  * - NAME.steps: the stages before y's rounding, which bfloat16 would mostly hide: for each chunk of
  *   ROW_CHUNK rows, the quantized rows (xq, then sx, sx Σ xq and 128 Σ xq, as Rows holds them) and
  *   every tile's float32 sums (the tiles in order, [rows of the chunk][16] each).
@@ -61,7 +61,7 @@ static size_t steps_size(int64_t rows, int64_t k, int64_t n) {
     return (size_t)(rows * k + rows * blocks * 12 + rows * tiles * COLUMNS * 4);
 }
 
-static int run_steps(const uint16_t *x, int64_t rows, int64_t k, const uint8_t *units, int kind, int64_t n,
+static int run_steps(const void *x, int dtype, int64_t rows, int64_t k, const uint8_t *units, int kind, int64_t n,
                      unsigned char *steps) {
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     static float acc[2][COLUMNS * ROW_CHUNK];
@@ -74,7 +74,7 @@ static int run_steps(const uint16_t *x, int64_t rows, int64_t k, const uint8_t *
     } while (0)
     for (int64_t first = 0; first < rows; first += ROW_CHUNK) {
         int64_t count = rows - first < ROW_CHUNK ? rows - first : ROW_CHUNK;
-        prepare_rows(x + first * k, k, count, blocks, &prepared);
+        prepare_rows(past(x, dtype, first * k), k, dtype, count, blocks, &prepared);
         APPEND(prepared.xq, count * k);
         APPEND(prepared.scales, count * blocks * 4);
         APPEND(prepared.sums, count * blocks * 4);
@@ -103,26 +103,29 @@ static int run_case(const char *out_dir, const char *path) {
     int64_t header[6] = {0};
     if (size >= sizeof header) memcpy(header, data, sizeof header);
     const int64_t kind = header[0], rows = header[1], k = header[2], n = header[3], units_size = header[4];
+    const int dtype = (int)header[5];
+    const size_t element = dtype == DTYPE_F32 ? 4 : 2;
     const int valid = size >= sizeof header && (kind == Q4 || kind == Q8) && rows >= 1 && k >= BLOCK &&
-                      k % BLOCK == 0 && n >= 1 &&
+                      k % BLOCK == 0 && n >= 1 && (dtype == DTYPE_BF16 || dtype == DTYPE_F32) &&
                       units_size == (n + COLUMNS - 1) / COLUMNS * (k / BLOCK) * unit_bytes((int)kind) &&
-                      size == sizeof header + (size_t)(rows * k) * 2 + (size_t)units_size;
+                      size == sizeof header + (size_t)(rows * k) * element + (size_t)units_size;
     if (!valid) {
         fprintf(stderr, "%s: inconsistent header or size\n", path);
         free(data);
         return 1;
     }
     /* Copies: the kernel's loads want no more alignment than their element's, which malloc gives. */
-    const size_t x_size = (size_t)(rows * k) * 2, y_size = (size_t)(rows * n) * 2;
-    uint16_t *x = malloc(x_size), *y = malloc(y_size);
+    const size_t x_size = (size_t)(rows * k) * element, y_size = (size_t)(rows * n) * element;
+    void *x = malloc(x_size), *y = malloc(y_size);
     uint8_t *units = malloc((size_t)units_size);
     unsigned char *steps = malloc(steps_size(rows, k, n));
     int failed = 1;
     if (x && y && units && steps) {
         memcpy(x, data + sizeof header, x_size);
         memcpy(units, data + sizeof header + x_size, (size_t)units_size);
-        if (tercet_block_matmul(x, k, rows, k, units, (int)kind, n, y, n) ||
-            run_steps(x, rows, k, units, (int)kind, n, steps))
+        int status = dtype == DTYPE_F32 ? tercet_block_matmul_f32(x, k, rows, k, units, (int)kind, n, y, n)
+                                        : tercet_block_matmul(x, k, rows, k, units, (int)kind, n, y, n);
+        if (status || run_steps(x, dtype, rows, k, units, (int)kind, n, steps))
             fprintf(stderr, "%s: the kernel is out of memory\n", path);
         else
             failed = write_file(out_dir, path, ".y", y, y_size) ||

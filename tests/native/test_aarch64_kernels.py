@@ -13,7 +13,8 @@ the driver's own portable build on x86 gives. The cases: Q4_0, Q4_1 and Q8_0,
 row counts from one to past a chunk of 64 (every remainder of SMMLA's row pairs
 and of the groups of 4), N not a multiple of 16 (a padded last tile, and an odd
 one that is its own pair), and blocks of zeros, of ties and of inputs so small
-that 127 / max |x| overflows. The compiled code is also checked for the
+that 127 / max |x| overflows; bfloat16 rows, and float32 rows (whose y is the
+float32 sums themselves) for some of the row counts. The compiled code is also checked for the
 instructions each level is for (SDOT, SMMLA).
 
 Without the cross compiler or qemu-aarch64 the tests skip, naming what is missing,
@@ -49,6 +50,8 @@ RUNS = [("neon", "cortex-a57"), ("neon", "max"), ("dotprod", "cortex-a76"), ("do
 INSTRUCTIONS = {"neon": ((), ("sdot", "smmla")), "dotprod": (("sdot",), ("smmla",)), "i8mm": (("sdot", "smmla"), ())}
 
 ROW_COUNTS = (1, 3, 4, 5, 17, 33, 70)
+FLOAT32_ROW_COUNTS = (1, 4, 5, 70)
+DTYPE_CODES = {torch.bfloat16: 0, torch.float32: 1}
 K = 5 * 32
 # Not multiples of 16: 3 tiles (a pair and an odd last tile), 1 padded tile, 4 tiles with the last padded.
 COLUMN_COUNTS = (40, 8, 57)
@@ -92,7 +95,7 @@ def _weights(type_name: str, n: int, seed: int) -> BlockQuantized:
     return block
 
 
-def _x(rows: int, seed: int) -> torch.Tensor:
+def _x(rows: int, seed: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     blocks = torch.randn(rows, K // 32, 32, generator=generator) * torch.rand(rows, K // 32, 1, generator=generator) * 4
     x = blocks.view(rows, K)
@@ -101,7 +104,24 @@ def _x(rows: int, seed: int) -> torch.Tensor:
     # max |x| = 127: x · 127 / max |x| = x, halves that round to even (2.5 to 2, -0.5 to -0)
     x[-1, 96:128] = torch.arange(32) - 15.5
     x[-1, 127] = 127.0
-    return x.to(torch.bfloat16)
+    return x.to(dtype)
+
+
+def _case(library, folder: Path, type_name: str, kind_index: int, index: int, rows: int, dtype: torch.dtype):
+    """A case's name, file and x86's portable y (bytes)."""
+    n = COLUMN_COUNTS[(index + kind_index) % len(COLUMN_COUNTS)]
+    seed = 100 * kind_index + index
+    units = pack_units(_weights(type_name, n, seed), library).contiguous()
+    x = _x(rows, seed, dtype).contiguous()
+    y = torch.empty(rows, n, dtype=dtype)
+    kind = KIND_CODES[type_name]
+    function = library.tercet_block_matmul_f32 if dtype == torch.float32 else library.tercet_block_matmul
+    assert function(x.data_ptr(), K, rows, K, units.data_ptr(), kind, n, y.data_ptr(), n) == 0
+    name = f"{type_name}_rows{rows}_n{n}" + ("_f32" if dtype == torch.float32 else "")
+    path = folder / f"{name}.case"
+    header = struct.pack("<6q", kind, rows, K, n, units.numel(), DTYPE_CODES[dtype])
+    path.write_bytes(header + x.view(torch.uint8).numpy().tobytes() + units.numpy().tobytes())
+    return name, path, y.view(torch.uint8).numpy().tobytes()
 
 
 @pytest.fixture(scope="module")
@@ -112,19 +132,9 @@ def cases(tmp_path_factory) -> list[tuple[str, Path, bytes]]:
     made = []
     for kind_index, type_name in enumerate(("Q4_0", "Q4_1", "Q8_0")):
         for index, rows in enumerate(ROW_COUNTS):
-            n = COLUMN_COUNTS[(index + kind_index) % len(COLUMN_COUNTS)]
-            seed = 100 * kind_index + index
-            units = pack_units(_weights(type_name, n, seed), library).contiguous()
-            x = _x(rows, seed).contiguous()
-            y = torch.empty(rows, n, dtype=torch.bfloat16)
-            kind = KIND_CODES[type_name]
-            status = library.tercet_block_matmul(x.data_ptr(), K, rows, K, units.data_ptr(), kind, n, y.data_ptr(), n)
-            assert status == 0
-            name = f"{type_name}_rows{rows}_n{n}"
-            path = folder / f"{name}.case"
-            header = struct.pack("<6q", kind, rows, K, n, units.numel(), 0)
-            path.write_bytes(header + x.view(torch.uint16).numpy().tobytes() + units.numpy().tobytes())
-            made.append((name, path, y.view(torch.uint16).numpy().tobytes()))
+            made.append(_case(library, folder, type_name, kind_index, index, rows, torch.bfloat16))
+            if rows in FLOAT32_ROW_COUNTS:
+                made.append(_case(library, folder, type_name, kind_index, index, rows, torch.float32))
     return made
 
 
@@ -154,9 +164,10 @@ def test_aarch64_level_gives_x86_bits(level, cpu, builds, cases, reference, tmp_
     for name, _, expected_y in cases:
         y, steps = got[name]
         if y != expected_y:
-            pairs = zip(memoryview(y).cast("H"), memoryview(expected_y).cast("H"))
+            element = "I" if name.endswith("_f32") else "H"
+            pairs = list(zip(memoryview(y).cast(element), memoryview(expected_y).cast(element)))
             at = [i for i, (a, b) in enumerate(pairs) if a != b]
-            differing.append(f"{name}: y, {len(at)} of {len(expected_y) // 2} differ, first at {at[0]}")
+            differing.append(f"{name}: y, {len(at)} of {len(pairs)} differ, first at {at[0]}")
         elif steps != reference[name][1]:
             first = next(i for i, (a, b) in enumerate(zip(steps, reference[name][1])) if a != b)
             differing.append(f"{name}: the stages before y's rounding, first at byte {first}")

@@ -43,13 +43,27 @@ def test_every_built_in_method_is_registered_as_a_plugin():
 
 
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0"])
-def test_a_block_layer_in_float32_equals_its_dequantized_weight(weight, inputs, type_name):
+def test_a_block_layer_on_torchs_kernels_in_float32_equals_its_dequantized_weight(weight, inputs, type_name):
     block = quantize_blocks(weight, type_name)
     bias = torch.randn(96)
-    layer = BlockLinearMethod(type_name).create(block, bias, _target())
+    layer = BlockLinearMethod(type_name).create(block, bias, _target(native_kernels=False))
+    assert not isinstance(layer, KernelBlockLinear)
     expected = inputs @ block.dequantize().t() + bias
     # The int4 kernel in float32 accumulates in another order than the reference; nothing else differs.
     torch.testing.assert_close(layer(inputs), expected, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0"])
+def test_a_block_layer_in_float32_runs_on_the_block_kernel_where_it_runs(weight, inputs, type_name):
+    block = quantize_blocks(weight, type_name)
+    bias = torch.randn(96)
+    layer = BlockLinearMethod(type_name).create(block, bias, _target())
+    assert isinstance(layer, KernelBlockLinear) == (load_block_matmul() is not None)
+    out = layer(inputs)
+    expected = inputs @ block.dequantize().t() + bias
+    # The block kernel quantizes x to int8 a block (tests/plugins/test_block_matmul.py bounds it exactly).
+    relative = (out - expected).norm() / expected.norm()
+    assert out.dtype == torch.float32 and relative < 0.01
 
 
 @pytest.mark.parametrize("native_kernels", [True, False], ids=["block kernel where it runs", "torch's kernels"])
@@ -74,7 +88,7 @@ def test_q8_0_is_exact_through_the_split_into_two_four_bit_halves(inputs):
     codes[1, :32] = 127
     codes[2, :] = torch.arange(-128, 128).view(2, 128)[0]
     block = type(block)(block.type_name, codes, block.scales, block.mins)
-    layer = BlockLinearMethod("Q8_0").create(block, None, _target())
+    layer = BlockLinearMethod("Q8_0").create(block, None, _target(native_kernels=False))
     torch.testing.assert_close(layer(inputs), inputs @ block.dequantize().t(), atol=1e-4, rtol=1e-5)
 
 
