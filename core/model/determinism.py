@@ -36,7 +36,7 @@ def require_batch_invariant_layers(model: nn.Module) -> None:
         raise ConfigError(
             f"model.deterministic = true needs every linear layer on a batch-invariant kernel, and "
             f"{len(offending)} are not (the first: {offending[0]}): serve a GGUF's Q4_0, Q4_1 or Q8_0 blocks "
-            "(model.quantization auto, q4_0, q4_1 or q8_0) in bfloat16 on a CPU with AVX-512 BF16, with "
+            "(model.quantization auto, q4_0, q4_1 or q8_0) on a CPU with AVX2, AVX-512 or NEON, with "
             "model.native_kernels = true"
         )
 

@@ -38,7 +38,7 @@ class LinearTarget:
     # on a dense copy of its weights, kept beside its codes; 0: never, no copy.
     dense_from_rows: int = 0
     # A method may run the layer on tercet's own C kernels where it has one for
-    # this device and dtype (the GGUF block methods on CPU in bfloat16); False: torch's only.
+    # this device and dtype (the GGUF block methods on CPU); False: torch's only.
     native_kernels: bool = True
 
 

@@ -19,10 +19,11 @@ backend adds what the C runner adds (``native_equivalent``, the torch
 backend): each run of rows sharing an adapter is a segment whose A and B the
 runner reads in place (:func:`native_adapter`, made once per adapter).
 
-A float32 model runs its steps of up to 16 tokens in one call too (the C file
-built over float32, :data:`FLOAT32_SOURCE`): its linear layers' few-rows
-kernel, ``paged_cpu`` over a float32 cache and the float32 build of the fused
-steps. Those steps round as float32 does but not in torch's order, so they
+A float32 model runs its steps in one call too (the C file built over float32,
+:data:`FLOAT32_SOURCE`): its linear layers' float32 functions (the few-rows
+kernel of dense layers, up to 16 tokens; the block kernel of GGUF block layers,
+any number), ``paged_cpu`` over a float32 cache and the float32 build of the
+fused steps. Those steps round as float32 does but not in torch's order, so they
 are within float32's rounding of the layers one by one, not equal bit for bit
 (greedy output still equals transformers' on the tests' prompts). Longer
 steps and steps with adapters run layer by layer, on torch's ops.

@@ -20,6 +20,7 @@ from torch import nn
 from tercet.errors import ConfigError
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.determinism import require_batch_invariant_layers
+from tercet.native.cpu import level_in_use
 from tercet.plugins.linear_layers.block_matmul import load_block_matmul
 from tercet.sampling_params import SamplingParams
 
@@ -32,7 +33,7 @@ OTHERS = {f"other {index}": prompt for index, prompt in enumerate(_OTHER_PROMPTS
 SEEDED = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5, ignore_eos=True)
 
 needs_block_kernel = pytest.mark.skipif(
-    load_block_matmul() is None, reason="the block kernel does not run here (no AVX-512 BF16 or no compiler)"
+    load_block_matmul() is None, reason=f"the block kernel does not run here (level {level_in_use().name}, or no compiler)"
 )
 
 
