@@ -196,10 +196,11 @@ static inline float block_inverse(float largest) {
  *   quantization of 32 float32 values: sx = max |x| / 127 (a float division), xq = x · (127 / max |x|)
  *   (see block_inverse) as a float32 product rounded to nearest even (lrintf), −127..127, into
  *   out[0..31]; *scale = sx, *sum = sx · (float)Σ xq, *offset = 128 Σ xq (Σ xq exact, in int32).
- * - static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right,
- *                        int64_t blocks, float *acc_left, float *acc_right);
- *   static void tiles_q8(the same arguments);
- *   the `count` (1..ROW_CHUNK) rows of `rows` (block-major, see Rows) against the units of tile `left`
+ * - static inline void tiles_of_kind(const Rows *rows, int64_t count, const uint8_t *left,
+ *                                   const uint8_t *right, int64_t blocks, int kind, float *acc_left,
+ *                                   float *acc_right);
+ *   (inlined into one instance per kind, tiles_q4 and tiles_q8, below the levels) the `count`
+ *   (1..ROW_CHUNK) rows of `rows` (block-major, see Rows) against the units of tile `left`
  *   (`blocks` units in a run) into acc_left, and of tile `right` into acc_right (acc_* are [count][16]
  *   float32, row r at r * COLUMNS; `right` may be `left`, when it is the last, odd tile: acc_right is
  *   then not read back). For each block b in order 0, 1, ..., each row r and column c, with the
@@ -342,17 +343,6 @@ static inline __attribute__((always_inline)) void tiles_of_kind(
     }
 }
 
-/* One instance per kind, so that every test of the kind above is decided at compile time. */
-static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    tiles_of_kind(rows, count, left, right, blocks, Q4, acc_left, acc_right);
-}
-
-static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    tiles_of_kind(rows, count, left, right, blocks, Q8, acc_left, acc_right);
-}
-
 /* The first `width` (1..16) of 16 float32 sums as bfloat16, as float_to_bf16 does, 16 at a time. */
 static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
     const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(sums));
@@ -375,7 +365,7 @@ static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
 
 #elif LEVEL == LEVEL_NEON
 /* The NEON level (AArch64, Advanced SIMD). Its header meets the contract above: quantize_block_bf16,
- * quantize_block_f32, tiles_q4, tiles_q8 and store_bf16, the bits of the portable path (lrintf's
+ * quantize_block_f32, tiles_of_kind and store_bf16, the bits of the portable path (lrintf's
  * rounding is vcvtnq_s32_f32's; the fmas must be vfmaq_f32's, fused, never a multiply then an add; F16
  * scales widened with vcvt_f32_f16, which is exact). */
 #include "block_matmul_neon.h"
@@ -450,16 +440,10 @@ static void tile_portable(const Rows *rows, int64_t count, const uint8_t *units,
     }
 }
 
-static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    tile_portable(rows, count, left, blocks, Q4, acc_left);
-    if (right != left) tile_portable(rows, count, right, blocks, Q4, acc_right);
-}
-
-static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    tile_portable(rows, count, left, blocks, Q8, acc_left);
-    if (right != left) tile_portable(rows, count, right, blocks, Q8, acc_right);
+static inline void tiles_of_kind(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right,
+                                 int64_t blocks, int kind, float *acc_left, float *acc_right) {
+    tile_portable(rows, count, left, blocks, kind, acc_left);
+    if (right != left) tile_portable(rows, count, right, blocks, kind, acc_right);
 }
 
 /* The first `width` (1..16) of 16 float32 sums as bfloat16, as float_to_bf16 rounds them. */
@@ -467,6 +451,18 @@ static inline void store_bf16(const float *sums, int64_t width, uint16_t *out) {
     for (int64_t c = 0; c < width; c++) out[c] = float_to_bf16(sums[c]);
 }
 #endif
+
+/* One instance per kind of the level's tiles_of_kind, so that every test of the kind in it is decided
+ * at compile time. */
+static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
+                     float *acc_left, float *acc_right) {
+    tiles_of_kind(rows, count, left, right, blocks, Q4, acc_left, acc_right);
+}
+
+static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
+                     float *acc_left, float *acc_right) {
+    tiles_of_kind(rows, count, left, right, blocks, Q8, acc_left, acc_right);
+}
 
 /* The first `width` (1..16) of 16 float32 sums as y's float32: as they are, on every level. */
 static inline void store_f32(const float *sums, int64_t width, float *out) {

@@ -218,7 +218,7 @@ static inline __attribute__((always_inline)) void avx2_unit(const Rows *rows, in
 
 /* Both tiles, block by block (the blocks of a column in order, as the contract asks); the second is
  * skipped when it is the first (the last, odd tile: its sums are not read back). */
-static inline __attribute__((always_inline)) void avx2_tiles_of_kind(const Rows *rows, int64_t count,
+static inline __attribute__((always_inline)) void tiles_of_kind(const Rows *rows, int64_t count,
                                                                      const uint8_t *left, const uint8_t *right,
                                                                      int64_t blocks, int kind, float *acc_left,
                                                                      float *acc_right) {
@@ -232,16 +232,6 @@ static inline __attribute__((always_inline)) void avx2_tiles_of_kind(const Rows 
         avx2_unit(rows, count, b, unit_left, kind, acc_left);
         if (right != left) avx2_unit(rows, count, b, unit_right, kind, acc_right);
     }
-}
-
-static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    avx2_tiles_of_kind(rows, count, left, right, blocks, Q4, acc_left, acc_right);
-}
-
-static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    avx2_tiles_of_kind(rows, count, left, right, blocks, Q8, acc_left, acc_right);
 }
 
 /* Eight float32 as bfloat16 bits in the low half of each 32-bit lane: float_to_bf16's integer steps. */

@@ -250,7 +250,7 @@ static inline __attribute__((always_inline)) void mmla_batch(const Rows *rows, i
 }
 #endif
 
-static inline __attribute__((always_inline)) void neon_tiles(const Rows *rows, int64_t count, const uint8_t *left,
+static inline __attribute__((always_inline)) void tiles_of_kind(const Rows *rows, int64_t count, const uint8_t *left,
                                                              const uint8_t *right, int64_t blocks, int kind,
                                                              float *acc_left, float *acc_right) {
     const int64_t bytes = unit_bytes(kind);
@@ -273,17 +273,6 @@ static inline __attribute__((always_inline)) void neon_tiles(const Rows *rows, i
         unit_rows(rows, count, b, left + b * bytes, kind, acc_left);
         if (sides == 2) unit_rows(rows, count, b, right + b * bytes, kind, acc_right);
     }
-}
-
-/* One instance per kind, so that every test of the kind above is decided at compile time. */
-static void tiles_q4(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    neon_tiles(rows, count, left, right, blocks, Q4, acc_left, acc_right);
-}
-
-static void tiles_q8(const Rows *rows, int64_t count, const uint8_t *left, const uint8_t *right, int64_t blocks,
-                     float *acc_left, float *acc_right) {
-    neon_tiles(rows, count, left, right, blocks, Q8, acc_left, acc_right);
 }
 
 /* The first `width` (1..16) of 16 float32 sums as bfloat16: float_to_bf16's integer steps, 4 lanes
