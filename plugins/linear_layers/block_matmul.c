@@ -741,6 +741,10 @@ static int amx_chunks(const void *x, int64_t x_stride, int64_t rows, int64_t blo
  * integer sums from AMX (use_amx = 1, where tercet_block_matmul_amx() says it is here) or from VNNI (0). */
 static int block_matmul(const void *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units, int kind,
                         int64_t n, void *y, int64_t y_stride, int dtype, int use_amx) {
+    /* The shapes a caller in C can get wrong (the Python layer checks them too): refused, never read past. */
+    if (rows < 0 || k <= 0 || k % BLOCK || n <= 0 || (kind != Q4 && kind != Q8) ||
+        (rows > 1 && (x_stride < k || y_stride < n)))
+        return 2;
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     Rows prepared;
     if (allocate_rows(rows, k, &prepared)) return 1;
@@ -779,7 +783,9 @@ int tercet_block_matmul_on(const uint16_t *x, int64_t x_stride, int64_t rows, in
 }
 
 /* x: [rows, K] bfloat16 with row stride x_stride; units: [ceil(N / 16), K / 32] units of the
- * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, or 1 when out of memory. */
+ * layout; y: [rows, N] bfloat16 with row stride y_stride. Returns 0, 1 when out of memory, or 2 for shapes
+ * that do not fit (K not a positive multiple of 32, N not positive, an unknown kind, strides shorter
+ * than a row). */
 int tercet_block_matmul(const uint16_t *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units,
                         int kind, int64_t n, uint16_t *y, int64_t y_stride) {
     return block_matmul(x, x_stride, rows, k, units, kind, n, y, y_stride, DTYPE_BF16, rows >= AMX_ROWS);

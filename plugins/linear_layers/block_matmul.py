@@ -47,6 +47,9 @@ PORTABLE_SOURCE = NativeSource(__package__, "block_matmul.c", "block_matmul_port
                                (*SOURCE.flags, "-DTERCET_PORTABLE"))
 COLUMNS = 16
 KIND_CODES = {"Q4_0": 0, "Q4_1": 0, "Q8_0": 1}
+# What the kernel's nonzero returns mean.
+KERNEL_FAILURES = {1: MemoryError("the block matmul kernel could not allocate its scratch memory"),
+                   2: ValueError("the block matmul kernel was handed shapes that do not fit its layout")}
 
 
 # Each activation dtype the kernel takes: its function's name (the ``_on`` variant adds the choice of
@@ -142,9 +145,10 @@ class KernelBlockLinear(nn.Module):
             rows = rows.to(self.dtype).contiguous()
         count = rows.shape[0]
         out = torch.empty((count, self.out_features), dtype=self.dtype)
-        if count and self.kernel(rows.data_ptr(), rows.stride(0), count, self.in_features, self.units_pointer,
-                                 self.kind_code, self.out_features, out.data_ptr(), self.out_features):
-            raise MemoryError("the block matmul kernel could not allocate its scratch memory")
+        status = count and self.kernel(rows.data_ptr(), rows.stride(0), count, self.in_features, self.units_pointer,
+                                       self.kind_code, self.out_features, out.data_ptr(), self.out_features)
+        if status:
+            raise KERNEL_FAILURES[status]
         if self.bias is not None:
             out = out + self.bias
         return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)

@@ -295,3 +295,18 @@ def test_at_the_portable_level_the_block_methods_keep_torchs_kernels_and_say_why
     with caplog.at_level(logging.INFO):
         assert block_matmul._load_at.__wrapped__(PORTABLE) is None
     assert "the block kernel has no vector code at level portable" in caplog.text
+
+
+def test_the_c_function_refuses_shapes_that_do_not_fit_instead_of_reading_past_them(kernel):
+    """A caller in C gets the checks Python's layer makes: 2 for a K that is not a multiple of 32, an unknown
+    kind, an N of 0, or a row stride shorter than a row; nothing is written."""
+    x, y = torch.randn(3, 64).bfloat16(), torch.zeros(3, 16, dtype=torch.bfloat16)
+    units = pack_units(_block("Q4_1", 16, 64, seed=1), kernel)
+    call = kernel.tercet_block_matmul
+    good = (x.data_ptr(), 64, 3, 64, units.data_ptr(), 0, 16, y.data_ptr(), 16)
+    for position, bad in ((3, 48), (5, 7), (6, 0), (1, 32), (8, 8)):
+        arguments = list(good)
+        arguments[position] = bad
+        assert call(*arguments) == 2, (position, bad)
+    assert not y.any()
+    assert call(*good) == 0 and y.any()
