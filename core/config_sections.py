@@ -27,6 +27,9 @@ ORIGIN_PATTERN = r"\*|https?://[^/\s?#@]+"
 ORIGIN_MEANING = 'an origin such as "https://app.example.com" (scheme, host and port only) or "*"'
 HOST_PATTERN = r"\*|[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]"
 HOST_MEANING = 'a host name such as "api.example.com" (no port) or "*"'
+# What server.weights_dirs holds, item by item.
+DIRECTORY_PATTERN = r"/.*"
+DIRECTORY_MEANING = 'an absolute directory path such as "/srv/checkpoints"'
 
 # The weight and KV dtypes a model runs in (torch's names); "auto" picks one by device.
 DTYPE_NAMES = ("float32", "bfloat16")
@@ -48,8 +51,8 @@ class ModelConfig:
     # Bytes for the KV pool (an integer or a size such as "512MiB"); the pool
     # holds as many tokens as fit. cache.max_total_tokens, when set, wins.
     kv_cache_memory: str = field(default="192MiB", metadata={"byte_size": True})
-    # On CPU in bfloat16: GGUF block layers (q4_0, q4_1, q8_0) run on tercet's
-    # block kernel (plugins/linear_layers/block_matmul.c, with AVX-512 BF16) at
+    # On CPU: GGUF block layers (q4_0, q4_1, q8_0) run on tercet's block kernel
+    # (plugins/linear_layers/block_matmul.c, at every level but the portable one) at
     # every batch size, with no dense copy, and a layer's norms, SiLU and rotary
     # on its fused ops (core/model/cpu_fused_ops.c). false: torch's kernels and ops.
     native_kernels: bool = True
@@ -120,6 +123,9 @@ class ServerConfig:
     # API worker processes serving HTTP on host:port together (SO_REUSEPORT), each with its
     # own TokenizerManager, tokenizer and chat templating; 1: the main process serves it.
     api_workers: int = field(default=1, metadata={"min": 1, "max": 64})
+    # POST /update_weights_from_disk loads only checkpoints under these directories (symbolic links
+    # resolved); none: any path the server can read, as the operator who may call it names.
+    weights_dirs: tuple[str, ...] = field(default=(), metadata={"items": (DIRECTORY_PATTERN, DIRECTORY_MEANING)})
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,15 @@ class ParallelConfig:
 
 
 @dataclass(frozen=True)
+class TokenizerConfig:
+    # How special-token text in a conversation's messages and tools is tokenized: "split", as
+    # plain characters (a user cannot close its turn or open the assistant's); "parse", as the
+    # control tokens, where a client may write them. The chat template's own markers are always
+    # control tokens, and raw prompts (/v1/completions, /generate) are never split.
+    special_tokens_in_content: str = _choice("split", "split", "parse")
+
+
+@dataclass(frozen=True)
 class ToolsConfig:
     # The tool-call parser: how tool calls are written in the model's output.
     parser: str = "hermes"
@@ -284,6 +299,7 @@ class TercetConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     detokenizer: DetokenizerConfig = field(default_factory=DetokenizerConfig)
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     reasoning: ReasoningConfig = field(default_factory=ReasoningConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)

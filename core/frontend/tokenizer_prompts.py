@@ -14,6 +14,7 @@ encoding, so threads are enough.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
 from tercet.field_checks import is_integer
 from tercet.frontend.io_struct import GenerateRequest
+from tercet.tokenizer.content_tokens import ContentTokens, content_tokens_for
 
 Result = TypeVar("Result")
 
@@ -33,22 +35,35 @@ def new_tokenize_pool() -> ThreadPoolExecutor:
 
 
 class PromptTokenizing:
+    @functools.cached_property
+    def content_tokens(self) -> ContentTokens | None:
+        """How a conversation's client text is tokenized; None: it may write control tokens
+        (``[tokenizer] special_tokens_in_content = "parse"``). Made on first use, in a tokenizing thread."""
+        return content_tokens_for(self.tokenizer, self.context.config.tokenizer.special_tokens_in_content)
+
     async def run_off_loop(self, function: Callable[..., Result], *args) -> Result:
         """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
         return await asyncio.get_running_loop().run_in_executor(self.tokenize_pool, function, *args)
 
     async def tokenize_chat(
-        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+        self, messages: list[dict], max_new_tokens: int | None = 0, tools: list[dict] | None = None,
+        generation_prefix: str = "",
     ) -> list[int]:
         """:meth:`apply_chat_template` off the event loop."""
         return await self.run_off_loop(self.apply_chat_template, messages, max_new_tokens, tools, generation_prefix)
 
     def apply_chat_template(
-        self, messages: list[dict], max_new_tokens: int = 0, tools: list[dict] | None = None, generation_prefix: str = ""
+        self, messages: list[dict], max_new_tokens: int | None = 0, tools: list[dict] | None = None,
+        generation_prefix: str = "",
     ) -> list[int]:
         """The conversation's prompt tokens (``tools`` for a template that renders
-        them, ``generation_prefix`` after the generation prompt). Blocks for as
-        long as tokenizing takes: from the event loop, await :meth:`tokenize_chat` instead."""
+        them, ``generation_prefix`` after the generation prompt); ``max_new_tokens``
+        None only counts them, however many, where a number refuses a conversation
+        that leaves no room for that many. Blocks for as long as tokenizing takes:
+        from the event loop, await :meth:`tokenize_chat` instead."""
+        content_tokens = self.content_tokens
+        if content_tokens is not None:  # the clients' special-token text, kept apart from the template's
+            messages, tools = content_tokens.escaped(messages), content_tokens.escaped(tools)
         try:
             text = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         except Exception as error:  # template errors are the request's fault
@@ -59,6 +74,8 @@ class PromptTokenizing:
         # bound sound before the slow part. The template writes the special
         # tokens itself, as apply_chat_template(tokenize=True) does.
         self.check_prompt_bytes(text, max_new_tokens, "messages")
+        if content_tokens is not None:
+            return content_tokens.encode(text)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def tokenize(self, request: GenerateRequest) -> list[int]:
@@ -81,22 +98,25 @@ class PromptTokenizing:
         self.check_length(len(input_ids), max_new_tokens)
         return input_ids
 
-    def check_prompt_bytes(self, text: str, max_new_tokens: int, param: str) -> None:
-        """Refuse text that cannot be tokenized, or that is too long by its size alone."""
+    def check_prompt_bytes(self, text: str, max_new_tokens: int | None, param: str) -> None:
+        """Refuse text that cannot be tokenized, or that is too long by its size alone
+        (``max_new_tokens`` None: text only counted, which no length bounds)."""
         try:
             num_bytes = len(text.encode("utf-8"))
         except UnicodeEncodeError as error:
             raise RequestError(f"the {param} is not valid Unicode text: {error.reason} at position {error.start}",
                                param) from None
-        if self.max_bytes_per_token is None:
+        if self.max_bytes_per_token is None or max_new_tokens is None:
             return
         fewest_tokens = -(-num_bytes // self.max_bytes_per_token)
         if fewest_tokens + max_new_tokens > self.context_len:
             # A max_tokens that leaves no room for any prompt is that field's fault, whatever the prompt.
             blamed = "max_tokens" if max_new_tokens >= self.context_len else param
+            # None is reserved for an answer when the client sent no max_tokens: then only the prompt is named.
+            answer = f" plus max_tokens ({max_new_tokens})" if max_new_tokens else ""
             raise RequestError(
-                f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens) plus max_tokens "
-                f"({max_new_tokens}) exceeds the model's context length of {self.context_len} tokens",
+                f"the prompt ({num_bytes} bytes, so at least {fewest_tokens} tokens){answer} exceeds the "
+                f"model's context length of {self.context_len} tokens",
                 blamed,
             )
 

@@ -15,29 +15,30 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tercet.http.anthropic_request import RENAMES, chat_body, require_thinking_support, thinking_enabled
+from tercet.http.anthropic_request import require_thinking_support, thinking_enabled, translate
 from tercet.http.anthropic_response import content_block, message, new_message_id, stop_reason, usage
 from tercet.http.anthropic_stream import anthropic_event_stream, message_events
 from tercet.http.chat_blocks import REASONING, REASONING_FIELD, message_blocks
-from tercet.http.chat_bridge import answer_chat, parse_chat_body, stream_chat
+from tercet.http.chat_bridge import answer_chat, count_chat_tokens, parse_chat_body, stream_chat
 from tercet.http.errors import read_json_object
 from tercet.http.sse import EventStreamResponse
 
 
 async def create_message(request: Request, tokenizer_manager) -> Response:
     body = await read_json_object(request)
-    chat = chat_body(body)
+    translation = translate(body)
     require_thinking_support(body, tokenizer_manager.reasoning)
-    openai_request = await parse_chat_body(chat, request, tokenizer_manager, RENAMES)
-    stop_sequences = chat.get("stop", [])
+    fields = translation.fields
+    openai_request = await parse_chat_body(translation.chat, request, tokenizer_manager, fields)
+    stop_sequences = translation.chat.get("stop", [])
     # A reasoning parser always keeps the reasoning out of the text; it is shown only when asked for.
     shows_thinking = thinking_enabled(body)
     if openai_request.stream:
-        chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, RENAMES)
+        chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, fields)
         chunks = chunks if shows_thinking else _without_reasoning(chunks)
         events = message_events(openai_request, chunks, watch, stop_sequences)
         return EventStreamResponse(anthropic_event_stream(events), on_close=watch.stream.aclose)
-    answer = await answer_chat(request, tokenizer_manager, openai_request, RENAMES)
+    answer = await answer_chat(request, tokenizer_manager, openai_request, fields)
     content = [content_block(block) for block in message_blocks(answer.message)
                if shows_thinking or block.kind != REASONING]
     reason = stop_reason(answer.chat_finish_reason, answer.watch, stop_sequences)
@@ -52,8 +53,8 @@ async def _without_reasoning(chunks: AsyncIterator[dict]) -> AsyncIterator[dict]
 
 
 async def count_tokens(request: Request, tokenizer_manager) -> Response:
-    """The prompt's tokens as the model would see them: system, messages and tools through the chat template."""
-    chat = chat_body(await read_json_object(request), count_only=True)
-    chat["max_tokens"] = 1  # room for an answer is not what is counted; the prompt must only fit
-    openai_request = await parse_chat_body(chat, request, tokenizer_manager, RENAMES)
-    return JSONResponse({"input_tokens": len(openai_request.generate_request.input_ids or ())})
+    """The prompt's tokens as the model would see them: system, messages and tools through the chat
+    template, however many (a count bounded by the context would refuse what it is asked to measure)."""
+    translation = translate(await read_json_object(request), count_only=True)
+    return JSONResponse({"input_tokens": await count_chat_tokens(translation.chat, tokenizer_manager,
+                                                                 translation.fields)})

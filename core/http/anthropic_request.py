@@ -2,12 +2,15 @@
 
 A body is checked for what the Messages API has and chat completions lack
 (``system`` and content blocks, ``tool_use`` and ``tool_result`` blocks,
-``stop_sequences``, ``metadata``, Anthropic's ``tools`` and ``tool_choice``)
-and translated into a chat completions body, which :mod:`tercet.http.chat_bridge`
-then reads as ``/v1/chat/completions`` does: the sampling fields, the prompt's
-length and the tools are checked there once. A refusal names the Messages API's
-field. Fields tercet cannot honour (images, documents, extended ``thinking``
-without a reasoning parser, server tools) are a 400; unknown fields are ignored.
+``stop_sequences``, ``metadata``, Anthropic's ``tools`` and ``tool_choice``,
+:mod:`tercet.http.anthropic_tools`) and translated into a chat completions
+body, which :mod:`tercet.http.chat_bridge` then reads as ``/v1/chat/completions``
+does: the sampling fields and the prompt's length are checked there once. Every
+field the translation reads is checked by type here first, so that a refusal
+names the Messages API's field, as does any refusal of the chat completions
+parser (through the request's :class:`ClientFields`). Fields tercet cannot honour
+(images, documents, extended ``thinking`` without a reasoning parser, server
+tools) are a 400; unknown fields are ignored.
 """
 
 from __future__ import annotations
@@ -15,32 +18,50 @@ from __future__ import annotations
 import json
 
 from tercet.errors import RequestError
-from tercet.field_checks import shown
-from tercet.http.protocol_fields import checked_string, finished_chat_body, given_fields, joined_text, translated
+from tercet.field_checks import IntRange, shown
+from tercet.http.anthropic_tools import TOOL_FIELDS, chat_tool_fields
+from tercet.http.client_fields import ClientFields, FieldRule
+from tercet.http.protocol_fields import (
+    Translation,
+    checked_choice,
+    checked_flag,
+    checked_object,
+    checked_string,
+    finished_chat_body,
+    given_fields,
+    joined_text,
+    listed_objects,
+    optional_string,
+    translated,
+)
+from tercet.sampling_params import INT32_MAX, MAX_STOP_STRINGS
 
 ROLES = ("user", "assistant")
-TOOL_CHOICES = {"auto": "auto", "any": "required", "none": "none"}
-# Chat completions fields the translation fills -> the Messages API field they came from.
-RENAMES = {"stop": "stop_sequences", "tool_choice": "tool_choice", "user": "metadata.user_id"}
+# The chat completions fields the translation fills -> the Messages API field they came from.
+FIELD_RULES = (*TOOL_FIELDS, FieldRule.of("stop", "stop_sequences"), FieldRule.of("user", "metadata.user_id"))
 SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k")
+# Anthropic's bounds on a thinking budget (not enforced: tercet reasons as long as the model does).
+THINKING_BUDGET = IntRange(1024, INT32_MAX)
+
+
+def translate(body: dict, *, count_only: bool = False) -> Translation:
+    """The chat completions body for a Messages API body (``count_only``: no answer is wanted), checked."""
+    conversation = _system(body.get("system")) + _messages(body.get("messages"))
+    chat = {"messages": [message for message, _ in conversation], **given_fields(body, ["model"]),
+            **chat_tool_fields(body)}
+    _check_thinking(body.get("thinking"))
+    fields = ClientFields(FIELD_RULES, tuple(where for _, where in conversation))
+    if count_only:
+        return Translation(chat, fields)
+    _require_max_tokens(body)
+    chat.update(given_fields(body, SAMPLING_FIELDS))
+    chat = finished_chat_body(chat, body, stop=translated(body, "stop_sequences", _stop_sequences),
+                              user=_metadata_user(body.get("metadata")))
+    return Translation(chat, fields)
 
 
 def chat_body(body: dict, *, count_only: bool = False) -> dict:
-    """The chat completions body for a Messages API body (``count_only``: no answer is wanted)."""
-    chat = {"messages": _system(body.get("system")) + _messages(body.get("messages")), **given_fields(body, ["model"])}
-    tools = _tools(body.get("tools"))
-    if tools:
-        chat["tools"] = tools
-        chat["tool_choice"] = _tool_choice(body.get("tool_choice"))
-    elif body.get("tool_choice") is not None:
-        _tool_choice(body.get("tool_choice"))  # checked, though without tools it has nothing to choose
-    _check_thinking(body.get("thinking"))
-    if count_only:
-        return chat
-    _require_max_tokens(body)
-    chat.update(given_fields(body, SAMPLING_FIELDS))
-    return finished_chat_body(chat, body, stop=translated(body, "stop_sequences", _stop_sequences),
-                              user=_metadata_user(body.get("metadata")))
+    return translate(body, count_only=count_only).chat
 
 
 def _require_max_tokens(body: dict) -> None:
@@ -48,36 +69,26 @@ def _require_max_tokens(body: dict) -> None:
         raise RequestError("max_tokens is required: the most tokens the answer may have", "max_tokens")
 
 
-def _system(system) -> list[dict]:
+def _system(system) -> list[tuple[dict, str]]:
     if system is None:
         return []
-    return [{"role": "system", "content": _text_of(system, "system")}]
+    return [({"role": "system", "content": _text_of(system, "system")}, "system")]
 
 
-def _objects(items, field: str, shape: str):
-    """``(where, item)`` for each item of a list of objects; the list and each item checked."""
-    if not isinstance(items, list) or not items:
-        raise RequestError(f"{field} must be a non-empty list of {shape} objects", field)
-    for index, item in enumerate(items):
-        where = f"{field}[{index}]"
-        if not isinstance(item, dict):
-            raise RequestError(f"{where} must be a {shape} object", where)
-        yield where, item
-
-
-def _messages(messages) -> list[dict]:
+def _messages(messages) -> list[tuple[dict, str]]:
+    """Each chat message and the client's field it came from."""
     chat = []
-    for where, message in _objects(messages, "messages", "{role, content}"):
+    for where, message in listed_objects(messages, "messages", "{role, content}"):
         role = message.get("role")
-        if role not in ROLES:
+        if role not in ROLES:  # a tuple compares by ==: any value may be tested, none is hashed
             raise RequestError(f"{where}.role must be 'user' or 'assistant'; got {shown(role)}", f"{where}.role")
         content = message.get("content")
         if isinstance(content, str):
-            chat.append({"role": role, "content": content})
+            chat.append(({"role": role, "content": _text_of(content, f"{where}.content")}, f"{where}.content"))
         elif role == "user":
             chat += _user_turn(_blocks(content, f"{where}.content"), f"{where}.content")
         else:
-            chat.append(_assistant_turn(_blocks(content, f"{where}.content"), f"{where}.content"))
+            chat.append((_assistant_turn(_blocks(content, f"{where}.content"), f"{where}.content"), f"{where}.content"))
     return chat
 
 
@@ -90,19 +101,20 @@ def _blocks(content, where: str) -> list[dict]:
     return content
 
 
-def _user_turn(blocks: list[dict], where: str) -> list[dict]:
+def _user_turn(blocks: list[dict], where: str) -> list[tuple[dict, str]]:
     """A user turn's blocks: its tool results first (each a tool message), then its text."""
     results, texts = [], []
     for index, block in enumerate(blocks):
         at = f"{where}[{index}]"
         if block["type"] == "tool_result":
-            results.append({"role": "tool", "tool_call_id": checked_string(block.get("tool_use_id"), f"{at}.tool_use_id"),
-                            "content": _tool_result_text(block, at)})
+            call_id = checked_string(block.get("tool_use_id"), f"{at}.tool_use_id")
+            results.append(({"role": "tool", "tool_call_id": call_id, "content": _tool_result_text(block, at)}, at))
         elif block["type"] == "text":
             texts.append(checked_string(block.get("text"), f"{at}.text", allow_empty=True))
         else:
             _refuse_block(block, at)
-    return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
+    text = [({"role": "user", "content": "\n".join(texts)}, where)] if texts or not results else []
+    return results + text
 
 
 def _assistant_turn(blocks: list[dict], where: str) -> dict:
@@ -122,17 +134,16 @@ def _assistant_turn(blocks: list[dict], where: str) -> dict:
 
 
 def _tool_call(block: dict, where: str) -> dict:
-    arguments = block.get("input", {})
-    if not isinstance(arguments, dict):
-        raise RequestError(f"{where}.input must be an object", f"{where}.input")
+    arguments = checked_object(block.get("input", {}), f"{where}.input")
+    name = checked_string(block.get("name"), f"{where}.name")
     return {"id": checked_string(block.get("id"), f"{where}.id"), "type": "function",
-            "function": {"name": checked_string(block.get("name"), f"{where}.name"), "arguments": json.dumps(arguments)}}
+            "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def _tool_result_text(block: dict, where: str) -> str:
     content = block.get("content", "")
-    text = content if isinstance(content, str) else _text_of(content, f"{where}.content")
-    return f"Error: {text}" if block.get("is_error") is True else text
+    text = _text_of(content, f"{where}.content") if content is not None else ""
+    return f"Error: {text}" if checked_flag(block.get("is_error"), f"{where}.is_error") else text
 
 
 def _text_of(content, where: str) -> str:
@@ -144,59 +155,30 @@ def _refuse_block(block: dict, where: str) -> None:
                        "(this server reads text, tool_use and tool_result blocks)", f"{where}.type")
 
 
-def _tools(tools) -> list[dict]:
-    if tools is None or tools == []:
-        return []
-    chat_tools = []
-    for where, tool in _objects(tools, "tools", "{name, description, input_schema}"):
-        if tool.get("type") not in (None, "custom"):
-            raise RequestError(f"{where}: server tools ({shown(tool.get('type'))}) are not supported; "
-                               "define client tools with name and input_schema", f"{where}.type")
-        schema = tool.get("input_schema")
-        if not isinstance(schema, dict):
-            raise RequestError(f"{where}.input_schema must be a JSON Schema object", f"{where}.input_schema")
-        function = {"name": tool.get("name"), "parameters": schema}
-        if tool.get("description") is not None:
-            function["description"] = tool["description"]
-        chat_tools.append({"type": "function", "function": function})
-    return chat_tools
-
-
-def _tool_choice(choice) -> str | dict:
-    if choice is None:
-        return "auto"
-    kind = choice.get("type") if isinstance(choice, dict) else None
-    if kind in TOOL_CHOICES:
-        return TOOL_CHOICES[kind]
-    if kind == "tool":
-        return {"type": "function", "function": {"name": checked_string(choice.get("name"), "tool_choice.name")}}
-    raise RequestError('tool_choice must be {"type": "auto"}, {"type": "any"}, {"type": "none"} or '
-                       f'{{"type": "tool", "name": ...}}; got {shown(choice)}', "tool_choice")
-
-
 def _stop_sequences(stop_sequences) -> list[str]:
-    if not isinstance(stop_sequences, list) or not all(isinstance(stop, str) for stop in stop_sequences):
-        raise RequestError("stop_sequences must be a list of strings", "stop_sequences")
+    if (not isinstance(stop_sequences, list) or len(stop_sequences) > MAX_STOP_STRINGS
+            or not all(isinstance(stop, str) and stop for stop in stop_sequences)):
+        raise RequestError(f"stop_sequences must be a list of at most {MAX_STOP_STRINGS} non-empty strings",
+                           "stop_sequences")
+    for index, stop in enumerate(stop_sequences):
+        checked_string(stop, f"stop_sequences[{index}]")
     return stop_sequences
 
 
 def _metadata_user(metadata) -> str | None:
     if metadata is None:
         return None
-    if not isinstance(metadata, dict):
-        raise RequestError("metadata must be an object such as {\"user_id\": \"...\"}", "metadata")
-    user = metadata.get("user_id")
-    if user is not None and not isinstance(user, str):
-        raise RequestError("metadata.user_id must be a string", "metadata.user_id")
-    return user
+    checked_object(metadata, "metadata", 'an object such as {"user_id": "..."}')
+    return optional_string(metadata.get("user_id"), "metadata.user_id")
 
 
 def _check_thinking(thinking) -> None:
     if thinking is None:
         return
-    if not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled"):
-        raise RequestError('thinking must be {"type": "enabled", "budget_tokens": n} or {"type": "disabled"}',
-                           "thinking")
+    shape = '{"type": "enabled", "budget_tokens": n} or {"type": "disabled"}'
+    checked_object(thinking, "thinking", shape)
+    if checked_choice(thinking.get("type"), "thinking.type", ("enabled", "disabled")) == "enabled":
+        THINKING_BUDGET.check(thinking.get("budget_tokens"), "thinking.budget_tokens")
 
 
 def thinking_enabled(body: dict) -> bool:

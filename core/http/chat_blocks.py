@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tercet.tools.cut_json import cut_object
+
 # The chat completion field that holds an answer's reasoning, split from its content.
 REASONING_FIELD = "reasoning_content"
 REASONING, TEXT, TOOL_CALL = "reasoning", "text", "tool_call"
@@ -35,11 +37,12 @@ class Block:
 
     @property
     def arguments(self) -> dict:
-        """A tool call's arguments as an object (an object even when the model wrote something else)."""
+        """A tool call's arguments as an object (an object even when the model wrote something else);
+        of a call cut by the length limit, the members it wrote whole, as a client reads them from a stream."""
         try:
             arguments = json.loads(self.text or "{}")
         except ValueError:
-            return {}
+            return cut_object(self.text)
         return arguments if isinstance(arguments, dict) else {}
 
 

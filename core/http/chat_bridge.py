@@ -17,32 +17,35 @@ from starlette.requests import Request
 
 from tercet.errors import RequestError
 from tercet.frontend.io_struct import GenerateOutput
+from tercet.http.client_fields import ClientFields
 from tercet.http.generation import GenerationStream, collect_generation, open_generation
 from tercet.http.lora_api import adapter_of_model
 from tercet.http.openai_api import read_chat_request
 from tercet.http.openai_params import renamed
-from tercet.http.openai_request import OpenAIRequest
+from tercet.http.openai_request import OpenAIRequest, count_chat_prompt
 from tercet.http.openai_response import chat_completion_response
 from tercet.http.openai_stream import chat_completion_chunks
 from tercet.ipc.messages import FinishReason
 
 
-async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, renames: dict[str, str]) -> OpenAIRequest:
+async def parse_chat_body(chat_body: dict, request: Request, tokenizer_manager, fields: ClientFields) -> OpenAIRequest:
     """A translated body read as ``/v1/chat/completions`` reads one (its ``model`` may name a LoRA
-    adapter, as there); a refusal names the protocol's own field."""
+    adapter, as there); a refusal names the protocol's own field (``fields``)."""
     try:
         model, adapter = adapter_of_model(chat_body, tokenizer_manager)
         return await read_chat_request(chat_body, request, tokenizer_manager, model, adapter)
     except RequestError as error:
-        raise _renamed(error, renames) from None
+        raise fields.renamed(error) from None
 
 
-def _renamed(error: RequestError, renames: dict[str, str]) -> RequestError:
-    # A field inside another ("messages[1].content", "response_format.type") is renamed by its prefix.
-    for old, new in renames.items():
-        if error.param is not None and error.param.startswith((old + "[", old + ".")) and old != new:
-            return type(error)(error.message.replace(old, new, 1), new + error.param[len(old):], error.status_code)
-    return renamed(error, renames)
+async def count_chat_tokens(chat_body: dict, tokenizer_manager, fields: ClientFields) -> int:
+    """The prompt tokens of a translated body, counted as ``/v1/chat/completions`` would template them,
+    however long (nothing is generated); a refusal names the protocol's own field."""
+    try:
+        model, _ = adapter_of_model(chat_body, tokenizer_manager)
+        return await count_chat_prompt(chat_body, model, tokenizer_manager.tokenize_chat, tokenizer_manager.chat_tools)
+    except RequestError as error:
+        raise fields.renamed(error) from None
 
 
 class FinishWatch:
@@ -80,8 +83,8 @@ class ChatAnswer:
 
 
 async def answer_chat(request: Request, tokenizer_manager, openai_request: OpenAIRequest,
-                      renames: dict[str, str]) -> ChatAnswer:
-    stream = await _open(request, tokenizer_manager, openai_request, renames)
+                      fields: ClientFields) -> ChatAnswer:
+    stream = await _open(request, tokenizer_manager, openai_request, fields)
     watch = FinishWatch(stream)
     outputs = await collect_generation(request, stream)
     for output in outputs:
@@ -91,17 +94,17 @@ async def answer_chat(request: Request, tokenizer_manager, openai_request: OpenA
 
 
 async def stream_chat(request: Request, tokenizer_manager, openai_request: OpenAIRequest,
-                      renames: dict[str, str]) -> tuple[AsyncIterator[dict], FinishWatch]:
+                      fields: ClientFields) -> tuple[AsyncIterator[dict], FinishWatch]:
     """The chat completion chunks of a streamed answer, and the watch over its pieces."""
-    watch = FinishWatch(await _open(request, tokenizer_manager, openai_request, renames))
+    watch = FinishWatch(await _open(request, tokenizer_manager, openai_request, fields))
     return chat_completion_chunks(openai_request, watch, None), watch
 
 
 async def _open(request: Request, tokenizer_manager, openai_request: OpenAIRequest,
-                renames: dict[str, str]) -> GenerationStream:
+                fields: ClientFields) -> GenerationStream:
     try:
         return await open_generation(request, tokenizer_manager, openai_request.generate_request)
     except RequestError as error:
         # A refused constraint names its sampling parameter: the field it came from, in the protocol's name.
-        field = openai_request.constraint_field
-        raise _renamed(error, {**renames, "json_schema": renames.get(field, field)}) from None
+        constraint = fields.client_field(openai_request.constraint_field)
+        raise fields.renamed(renamed(error, {"json_schema": constraint})) from None

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -30,6 +32,8 @@ from tercet.ipc.control_messages import (
 FLUSH_RETRY_INTERVAL = 0.05
 # Seconds a control call may be told to wait (the OpenAPI document reads it too).
 TIMEOUT_RANGE = NumberRange(0.0, 3600.0)
+# The longest path Linux opens (PATH_MAX): a longer model_path names nothing.
+MAX_PATH_CHARACTERS = 4096
 
 
 async def _optional_body(request: Request) -> dict:
@@ -111,11 +115,10 @@ async def continue_generation(request: Request, tokenizer_manager) -> Response:
 
 
 async def update_weights_from_disk(request: Request, tokenizer_manager) -> Response:
+    """Load another checkpoint of the served model. An operator's route: a refusal says why in few
+    words, never echoing the path or what the server found there (its log has the details)."""
     body = await read_json_object(request)
-    model_path = body.get("model_path")
-    if not isinstance(model_path, str) or not model_path:
-        raise RequestError("model_path must be a checkpoint directory on the server", "model_path")
-    check_text(model_path, "model_path")
+    model_path = _checkpoint_path(body.get("model_path"), tokenizer_manager.context.config.server.weights_dirs)
     timeout = _timeout(body, 600.0)
     await tokenizer_manager.control(PauseGenerationReq)
     try:
@@ -128,3 +131,20 @@ async def update_weights_from_disk(request: Request, tokenizer_manager) -> Respo
         raise RequestError(f"weights not updated: {_failures(replies)}{note}", "model_path")
     return JSONResponse({"ok": True, "model_path": model_path, "num_ranks": len(replies)})
 
+
+def _checkpoint_path(model_path, weights_dirs: tuple[str, ...]) -> str:
+    """``model_path``: a path no longer than a path may be, under one of ``weights_dirs`` when any are set."""
+    if not isinstance(model_path, str) or not model_path:
+        raise RequestError("model_path must be a checkpoint directory on the server", "model_path")
+    check_text(model_path, "model_path")
+    if len(model_path) > MAX_PATH_CHARACTERS or "\0" in model_path:
+        raise RequestError(f"model_path must be a path of at most {MAX_PATH_CHARACTERS} characters, "
+                           "without NUL characters", "model_path")
+    if weights_dirs and not any(_is_under(model_path, directory) for directory in weights_dirs):
+        raise RequestError("model_path is not under a directory that [server] weights_dirs allows", "model_path")
+    return model_path
+
+
+def _is_under(path: str, directory: str) -> bool:
+    # Resolved first, so that neither ".." nor a symbolic link leads out of the directory.
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(directory))

@@ -215,6 +215,15 @@ async def parse_chat_completion_request(
                          tool_reader=tool_reader, constraint_field=constraint_field, reasoning=reasoning)
 
 
+async def count_chat_prompt(body: dict, served_model_name: str, tokenize_chat: Callable[..., Awaitable[list[int]]],
+                            chat_tools=None) -> int:
+    """The tokens of a chat body's prompt, its messages and tools through the chat template, however
+    long: nothing is generated, so neither the context nor a max_tokens bounds what is counted."""
+    check_model(body, served_model_name)
+    tool_request = _parse_chat_tools(body, chat_tools)
+    return len(await _chat_prompt(body, tool_request, chat_tools, tokenize_chat, None))
+
+
 def _separates_reasoning(body: dict) -> bool:
     """``separate_reasoning`` (SGLang's field): true unless the client says false."""
     return body.get("separate_reasoning") is None or parse_flag(body, "separate_reasoning")
@@ -241,9 +250,10 @@ def _reserved_tokens(max_tokens, context_len: int) -> int:
     return max_tokens if is_sound else 0
 
 
-async def _chat_prompt(body: dict, tool_request: ToolRequest | None, chat_tools, tokenize_chat, reserved: int,
+async def _chat_prompt(body: dict, tool_request: ToolRequest | None, chat_tools, tokenize_chat, reserved: int | None,
                        reasons_first: bool = False) -> list[int]:
-    """The conversation's prompt tokens: its messages (and tools) through the chat template."""
+    """The conversation's prompt tokens: its messages (and tools) through the chat template
+    (``reserved`` None: only counted, so not bounded by the context)."""
     messages, tools, prefix = parse_messages(body.get("messages")), None, ""
     if chat_tools is not None:
         messages, tools = chat_tools.conversation(messages, tool_request)
@@ -270,7 +280,9 @@ def _refuse_unsupported_chat_fields(body: dict) -> None:
         if body.get(key) not in (None, False):
             raise RequestError(f"{key}: {reason}", key)
     modalities = body.get("modalities")
-    if modalities is not None and (not isinstance(modalities, list) or set(modalities) - set(OUTPUT_MODALITIES)):
+    # Compared one by one (a list or an object in it cannot go into a set).
+    if modalities is not None and (not isinstance(modalities, list)
+                                   or any(modality not in OUTPUT_MODALITIES for modality in modalities)):
         raise RequestError(f'modalities: only ["text"] is supported, got {shown(modalities)}', "modalities")
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from tercet.http.openapi_operations import generation_operation, json_content, operation, request_body, responses
 from tercet.http.openapi_schemas import nullable, object_schema, ranged
-from tercet.sampling_params import FIELD_RANGES
+from tercet.http.anthropic_request import THINKING_BUDGET
+from tercet.http.tool_request import FUNCTION_NAME_PATTERN
+from tercet.sampling_params import FIELD_RANGES, MAX_STOP_STRINGS
 
 INT64_MAX = (1 << 63) - 1
 ERROR_REF = {"$ref": "#/components/schemas/AnthropicError"}
@@ -29,38 +31,67 @@ def error_schema() -> dict:
     return object_schema({"type": {"type": "string", "enum": ["error"]}, "error": detail}, required=("type", "error"))
 
 
-def _text_blocks() -> dict:
-    text = object_schema({"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
+def _text_block() -> dict:
+    return object_schema({"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}},
                          required=("type", "text"))
-    return {"type": "array", "items": text}
 
 
-def _content() -> dict:
-    block = object_schema({"type": {"type": "string", "enum": ["text", "tool_use", "tool_result", "thinking"]}},
-                          required=("type",), description="text, tool_use (assistant), tool_result (user)")
-    return {"oneOf": [{"type": "string"}, {"type": "array", "items": block}]}
+def _text_blocks() -> dict:
+    return {"type": "array", "items": _text_block()}
+
+
+def _tool_use_block() -> dict:
+    return object_schema(
+        {"type": {"type": "string", "enum": ["tool_use"]}, "id": {"type": "string", "minLength": 1},
+         "name": {"type": "string", "minLength": 1}, "input": {"type": "object"}},
+        required=("type", "id", "name"), description="a past call",
+    )
+
+
+def _tool_result_block() -> dict:
+    return object_schema(
+        {"type": {"type": "string", "enum": ["tool_result"]}, "tool_use_id": {"type": "string", "minLength": 1},
+         "content": nullable({"oneOf": [{"type": "string"}, _text_blocks()]}),
+         "is_error": nullable({"type": "boolean"})},
+        required=("type", "tool_use_id"), description="a call's result",
+    )
+
+
+def _message(role: str, blocks: list[dict]) -> dict:
+    content = {"oneOf": [{"type": "string"}, {"type": "array", "items": {"oneOf": blocks}}]}
+    return object_schema({"role": {"type": "string", "enum": [role]}, "content": content}, required=("role", "content"))
+
+
+def _messages() -> dict:
+    # Past reasoning is taken and dropped, whatever it holds.
+    thinking = object_schema({"type": {"type": "string", "enum": ["thinking", "redacted_thinking"]}},
+                             required=("type",))
+    user = _message("user", [_text_block(), _tool_result_block()])
+    assistant = _message("assistant", [_text_block(), _tool_use_block(), thinking])
+    return {"type": "array", "minItems": 1, "items": {"oneOf": [user, assistant]}}
 
 
 def _tools() -> dict:
     tool = object_schema(
-        {"name": {"type": "string"}, "description": {"type": "string"}, "input_schema": {"type": "object"}},
+        {"name": {"type": "string", "pattern": FUNCTION_NAME_PATTERN}, "description": nullable({"type": "string"}),
+         "input_schema": {"type": "object"}},
         required=("name", "input_schema"),
     )
-    choice = object_schema(
-        {"type": {"type": "string", "enum": ["auto", "any", "tool", "none"]}, "name": {"type": "string"}},
-        required=("type",), description="a tool's name with type tool",
-    )
+    parallel = {"disable_parallel_tool_use": nullable({"type": "boolean"})}
+    choice = {"oneOf": [
+        object_schema({"type": {"type": "string", "enum": ["auto", "any", "none"]}, **parallel}, required=("type",)),
+        object_schema({"type": {"type": "string", "enum": ["tool"]}, "name": {"type": "string", "minLength": 1},
+                       **parallel}, required=("type", "name")),
+    ], "description": "any and tool need tools; a tool's name is one of them"}
     return {"tools": {"type": "array", "items": tool}, "tool_choice": choice}
 
 
 def count_tokens_request() -> dict:
-    message = object_schema({"role": {"type": "string", "enum": ["user", "assistant"]}, "content": _content()},
-                            required=("role", "content"))
     return object_schema(
         {
             "model": {"type": "string", "description": "must be the served model's name"},
-            "system": {"oneOf": [{"type": "string"}, _text_blocks()]},
-            "messages": {"type": "array", "minItems": 1, "items": message},
+            "system": nullable({"oneOf": [{"type": "string"}, _text_blocks()]}),
+            "messages": _messages(),
             **_tools(),
         },
         required=("messages",),
@@ -74,8 +105,13 @@ def message_request(max_tokens_limit: int | None = None, vocab_size: int | None 
         "temperature": nullable(ranged(FIELD_RANGES["temperature"])),
         "top_p": nullable(ranged(FIELD_RANGES["top_p"])),
         "top_k": nullable(ranged(FIELD_RANGES["top_k"], vocab_size)),
-        "stop_sequences": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "stop_sequences": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_STOP_STRINGS},
         "metadata": object_schema({"user_id": nullable({"type": "string", "maxLength": 256})}),
+        "thinking": {"oneOf": [
+            object_schema({"type": {"type": "string", "enum": ["enabled"]},
+                           "budget_tokens": ranged(THINKING_BUDGET)}, required=("type", "budget_tokens")),
+            object_schema({"type": {"type": "string", "enum": ["disabled"]}}, required=("type",)),
+        ], "description": "enabled needs the server's reasoning parser"},
         "stream": {"type": "boolean"},
     })
     schema["required"] = ["messages", "max_tokens"]

@@ -9,6 +9,17 @@ from __future__ import annotations
 
 from tercet.http.openapi_operations import generation_operation
 from tercet.http.openapi_schemas import nullable, object_schema, ranged
+from tercet.http.responses_options import (
+    EFFORTS,
+    MAX_METADATA_KEY,
+    MAX_METADATA_PAIRS,
+    MAX_METADATA_VALUE,
+    SUMMARIES,
+    VERBOSITIES,
+)
+from tercet.http.responses_request import ROLES, TEXT_PARTS
+from tercet.http.structured_output import SCHEMA_NAME_PATTERN
+from tercet.http.tool_request import FUNCTION_NAME_PATTERN
 from tercet.sampling_params import FIELD_RANGES
 
 RESPONSES = generation_operation("createResponse", "OpenAI Responses API: a response (stateless)", "ResponsesRequest",
@@ -16,43 +27,61 @@ RESPONSES = generation_operation("createResponse", "OpenAI Responses API: a resp
 
 
 def _input() -> dict:
-    part = object_schema({"type": {"type": "string", "enum": ["input_text", "output_text"]}, "text": {"type": "string"}},
+    part = object_schema({"type": {"type": "string", "enum": list(TEXT_PARTS)}, "text": {"type": "string"}},
                          required=("type", "text"))
-    item = object_schema(
-        {
-            "type": {"type": "string", "enum": ["message", "function_call", "function_call_output"]},
-            "role": {"type": "string", "enum": ["user", "system", "developer", "assistant"]},
-            "content": {"oneOf": [{"type": "string"}, {"type": "array", "items": part}]},
-            "call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string"},
-            "output": {"type": "string"},
-        },
-        description="a message (role, content), a past function_call, or a function_call_output",
-    )
-    return {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": item}]}
+    content = {"oneOf": [{"type": "string"}, {"type": "array", "items": part}]}
+    text_id = {"type": "string", "minLength": 1}
+    message = object_schema({"type": {"type": "string", "enum": ["message"]},
+                             "role": {"type": "string", "enum": list(ROLES)}, "content": content},
+                            required=("role", "content"), description="a message; type may be left out")
+    call = object_schema({"type": {"type": "string", "enum": ["function_call"]}, "call_id": text_id, "name": text_id,
+                          "arguments": {"type": "string", "description": "JSON text"}},
+                         required=("type", "call_id", "name"), description="a past call")
+    output = object_schema({"type": {"type": "string", "enum": ["function_call_output"]}, "call_id": text_id,
+                            "output": content}, required=("type", "call_id", "output"), description="a call's result")
+    # Past reasoning is taken and dropped, whatever it holds.
+    reasoning = object_schema({"type": {"type": "string", "enum": ["reasoning"]}}, required=("type",))
+    items = {"type": "array", "minItems": 1, "items": {"oneOf": [message, call, output, reasoning]}}
+    return {"oneOf": [{"type": "string"}, items]}
 
 
 def _tools() -> dict:
     tool = object_schema(
-        {"type": {"type": "string", "enum": ["function"]}, "name": {"type": "string"},
-         "description": {"type": "string"}, "parameters": {"type": "object"}, "strict": {"type": "boolean"}},
+        {"type": {"type": "string", "enum": ["function"]}, "name": {"type": "string", "pattern": FUNCTION_NAME_PATTERN},
+         "description": nullable({"type": "string"}), "parameters": nullable({"type": "object"}),
+         "strict": nullable({"type": "boolean"})},
         required=("type", "name"),
     )
-    named = object_schema({"type": {"type": "string", "enum": ["function"]}, "name": {"type": "string"}},
-                          required=("type", "name"))
+    named = object_schema({"type": {"type": "string", "enum": ["function"]},
+                           "name": {"type": "string", "minLength": 1}}, required=("type", "name"))
     return {
-        "tools": {"type": "array", "items": tool},
-        "tool_choice": {"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, named]},
-        "parallel_tool_calls": {"type": "boolean"},
+        "tools": nullable({"type": "array", "items": tool}),
+        "tool_choice": nullable({"oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, named],
+                                 "description": "required and a named function need tools; the name is one of them"}),
+        "parallel_tool_calls": nullable({"type": "boolean"}),
     }
 
 
 def _text() -> dict:
-    text_format = object_schema(
-        {"type": {"type": "string", "enum": ["text", "json_object", "json_schema"]}, "name": {"type": "string"},
-         "schema": {"type": "object"}, "strict": {"type": "boolean"}},
-        required=("type",), description="json_schema: name and schema",
+    json_schema = object_schema(
+        {"type": {"type": "string", "enum": ["json_schema"]},
+         "name": {"type": "string", "pattern": SCHEMA_NAME_PATTERN}, "schema": {"type": "object"}, "strict": nullable({"type": "boolean"}),
+         "description": nullable({"type": "string"})},
+        required=("type", "name", "schema"),
     )
-    return object_schema({"format": text_format})
+    plain = object_schema({"type": {"type": "string", "enum": ["text", "json_object"]}}, required=("type",))
+    return nullable(object_schema({"format": nullable({"oneOf": [plain, json_schema]}),
+                                   "verbosity": nullable({"type": "string", "enum": list(VERBOSITIES)})}))
+
+
+def _options() -> dict:
+    """The options a response repeats, in the shape OpenAI's Response object allows."""
+    metadata = {"type": "object", "maxProperties": MAX_METADATA_PAIRS,
+                "additionalProperties": {"type": "string", "maxLength": MAX_METADATA_VALUE},
+                "description": f"keys of at most {MAX_METADATA_KEY} characters"}
+    reasoning = object_schema({"effort": nullable({"type": "string", "enum": list(EFFORTS)}),
+                               "summary": nullable({"type": "string", "enum": list(SUMMARIES)})})
+    return {"metadata": nullable(metadata), "reasoning": nullable(reasoning)}
 
 
 def responses_request(max_tokens_limit: int | None = None) -> dict:
@@ -68,7 +97,7 @@ def responses_request(max_tokens_limit: int | None = None) -> dict:
             "text": _text(),
             "stream": {"type": "boolean"},
             "store": {"type": "boolean", "enum": [False], "description": "nothing is stored: true is refused"},
-            "metadata": {"type": "object"},
+            **_options(),
             "user": nullable({"type": "string", "maxLength": 256}),
         },
         required=("input",),

@@ -3,18 +3,86 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from tercet.errors import RequestError
 from tercet.field_checks import check_text, shown
+from tercet.http.client_fields import ClientFields
 from tercet.http.openai_params import parse_flag
+from tercet.http.structured_output import schema_text
+from tercet.http.tool_request import FUNCTION_NAME
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A protocol's body, checked: the chat completions body it stands for, and the table that names
+    the client's own fields in a refusal of it (``echoed``: what the protocol's answer repeats)."""
+
+    chat: dict
+    fields: ClientFields
+    echoed: dict = field(default_factory=dict)
 
 
 def checked_string(value, where: str, allow_empty: bool = False) -> str:
     """A string field (non-empty unless ``allow_empty``), as the protocol's body named it."""
     if not isinstance(value, str) or not (value or allow_empty):
-        raise RequestError(f"{where} must be a non-empty string, got {shown(value)}", where)
+        kind = "a string" if allow_empty else "a non-empty string"
+        raise RequestError(f"{where} must be {kind}, got {shown(value)}", where)
     check_text(value, where)
     return value
+
+
+def optional_string(value, where: str) -> str | None:
+    """A string field that may be left out or null."""
+    return None if value is None else checked_string(value, where, allow_empty=True)
+
+
+def checked_flag(value, where: str) -> bool | None:
+    """A true/false field that may be left out or null."""
+    if value is not None and not isinstance(value, bool):
+        raise RequestError(f"{where} must be true or false, got {shown(value)}", where)
+    return value
+
+
+def checked_choice(value, where: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``; anything else, of any type, is refused before it is compared or looked up."""
+    if not isinstance(value, str) or value not in choices:
+        raise RequestError(f"{where} must be one of {', '.join(map(repr, choices))}, got {shown(value)}", where)
+    return value
+
+
+def checked_object(value, where: str, shape: str = "an object") -> dict:
+    if not isinstance(value, dict):
+        raise RequestError(f"{where} must be {shape}, got {shown(value)}", where)
+    return value
+
+
+def checked_tool_name(name, where: str, names: set[str]) -> str:
+    """A function tool's name, by OpenAI's rule (Anthropic's is the same), not one of ``names`` (added to it)."""
+    if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
+        raise RequestError(f"{where} must be 1 to 64 letters, digits, underscores and dashes, got {shown(name)}", where)
+    if name in names:
+        raise RequestError(f"{where} {name!r} is offered twice", where)
+    names.add(name)
+    return name
+
+
+def checked_schema(schema, where: str) -> dict:
+    """A JSON Schema object: encodable, and not nested past reading."""
+    checked_object(schema, where, "a JSON Schema object")
+    schema_text(schema, where)
+    return schema
+
+
+def listed_objects(items, field: str, shape: str):
+    """``(where, item)`` for each item of a non-empty list of objects; the list and each item checked."""
+    if not isinstance(items, list) or not items:
+        raise RequestError(f"{field} must be a non-empty list of {shape} objects", field)
+    for index, item in enumerate(items):
+        where = f"{field}[{index}]"
+        if not isinstance(item, dict):
+            raise RequestError(f"{where} must be a {shape} object, got {shown(item)}", where)
+        yield where, item
 
 
 def given_fields(body: dict, names: Iterable[str]) -> dict:

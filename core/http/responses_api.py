@@ -17,20 +17,21 @@ from tercet.http.chat_blocks import message_blocks
 from tercet.http.chat_bridge import answer_chat, parse_chat_body, stream_chat
 from tercet.http.errors import read_json_object
 from tercet.http.responses_output import ResponseHeader, new_item_id, output_items, status_of, usage
-from tercet.http.responses_request import RENAMES, chat_body
+from tercet.http.responses_request import translate
 from tercet.http.responses_stream import response_events, responses_event_stream
 from tercet.http.sse import EventStreamResponse
 
 
 async def create_response(request: Request, tokenizer_manager) -> Response:
-    body = await read_json_object(request)
-    openai_request = await parse_chat_body(chat_body(body), request, tokenizer_manager, RENAMES)
-    header = ResponseHeader.of(body, openai_request.model)
+    translation = translate(await read_json_object(request))
+    fields = translation.fields
+    openai_request = await parse_chat_body(translation.chat, request, tokenizer_manager, fields)
+    header = ResponseHeader.of(translation.echoed, openai_request.model)
     if openai_request.stream:
-        chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, RENAMES)
+        chunks, watch = await stream_chat(request, tokenizer_manager, openai_request, fields)
         events = response_events(header, chunks, watch)
         return EventStreamResponse(responses_event_stream(events), on_close=watch.stream.aclose)
-    answer = await answer_chat(request, tokenizer_manager, openai_request, RENAMES)
+    answer = await answer_chat(request, tokenizer_manager, openai_request, fields)
     blocks = message_blocks(answer.message)
     status, reason = status_of(answer.watch)
     output = output_items(blocks, [new_item_id(block.kind) for block in blocks], status)

@@ -33,20 +33,10 @@ class ResponseHeader:
     echoed: dict  # the request fields a response repeats: instructions, tools, text, ...
 
     @classmethod
-    def of(cls, body: dict, model: str) -> "ResponseHeader":
-        echoed = {
-            "instructions": body.get("instructions"),
-            "max_output_tokens": body.get("max_output_tokens"),
-            "metadata": body.get("metadata") or {},
-            "parallel_tool_calls": body.get("parallel_tool_calls") is not False,
-            "temperature": body.get("temperature"),
-            "top_p": body.get("top_p"),
-            "tool_choice": body.get("tool_choice") or "auto",
-            "tools": body.get("tools") or [],
-            "text": body.get("text") or {"format": {"type": "text"}},
-            "user": body.get("user"),
-        }
-        return cls(f"resp_{uuid.uuid4().hex}", int(time.time()), model, echoed)
+    def of(cls, echoed: dict, model: str) -> "ResponseHeader":
+        """``echoed``: the request's fields a response repeats, checked and normalised by the
+        translation (:func:`tercet.http.responses_request.translate`)."""
+        return cls(f"resp_{uuid.uuid4().hex}", int(time.time()), model, dict(echoed))
 
     def response(self, status: str, output: list[dict], usage_: dict | None = None,
                  incomplete_reason: str | None = None) -> dict:
@@ -60,7 +50,7 @@ class ResponseHeader:
             "model": self.model,
             "output": output,
             "previous_response_id": None,
-            "reasoning": None,
+            "reasoning": None,  # unless the request sent it, which the echoed fields then repeat
             "store": False,
             "truncation": "disabled",
             "usage": usage_,

@@ -39,6 +39,17 @@ if TYPE_CHECKING:
     from tercet.scheduler.request_queues import RequestQueues
 
 logger = logging.getLogger(__name__)
+# What a rank that could not load new weights replies; the reason is in its log.
+WEIGHTS_NOT_LOADED = ("the weights could not be loaded from model_path (no readable checkpoint of the served "
+                      "model's architecture there; the server log has the reason)")
+# The most of a path or a reason one log line holds.
+MAX_LOGGED_CHARS = 300
+
+
+def shortened(text: str) -> str:
+    """``text`` cut to ``MAX_LOGGED_CHARS`` characters, with escapes for what a log line must not hold."""
+    text = text.encode("unicode_escape").decode("ascii")  # one line, whatever the path holds
+    return text if len(text) <= MAX_LOGGED_CHARS else text[:MAX_LOGGED_CHARS] + f"... ({len(text)} characters)"
 
 
 class ControlRefused(TercetError):
@@ -177,7 +188,15 @@ def update_weights(target: ControlTarget, model_path: str) -> dict:
     # Steps stop while this runs (the scheduler handles it between steps), so
     # in-flight requests pause and continue with the new weights; cached
     # prefixes hold K/V of the old weights and are dropped.
-    target.model_runner.update_weights_from_disk(model_path)
+    try:
+        target.model_runner.update_weights_from_disk(model_path)
+    except Exception as error:  # the current weights keep serving (they are replaced only once all loaded)
+        # A wrong path is the operator's mistake, not the rank's failure: one line in the log says
+        # why, and the reply only that it did not load. The loader's own words would tell the
+        # client which server paths exist and quote the bytes of the file it was pointed at.
+        logger.warning("weights not updated from %s: %s", shortened(model_path), shortened(f"{type(error).__name__}: "
+                                                                                            f"{error}"))
+        raise ControlRefused(WEIGHTS_NOT_LOADED) from None
     cache = target.prefix_cache
     if cache is not None:
         cache.evict(cache.num_cached_pages)

@@ -115,8 +115,9 @@ class CallObjectStream(ToolCallStream):
     def parse(self, text: str, final: bool) -> ToolCallParse:
         call = self.read(text)
         if call is None:
-            # Only when the length limit cut the call before its name was done.
-            return ToolCallParse(text if final else "")
+            # Only when the length limit cut the call before its name was done. The text is the
+            # server's own call object, never the model's answer: none of it is content.
+            return ToolCallParse("")
         return ToolCallParse("", (call,))
 
 

@@ -14,6 +14,16 @@ schemathesis only generates the cases here (plain hypothesis drives them), so
 the test does not depend on schemathesis's pytest integration, which lags
 behind new pytest releases.
 
+Besides the random cases, schemathesis's coverage phase sends each operation
+with a body its systematic cases: for every property at every depth, the
+values at its bounds and values of each wrong type (an object where a string
+belongs, a list for an enum). Random cases seldom break a value nested inside
+a list or a ``oneOf``; these do, once each, so a ``tool_choice.type`` of ``{}``
+on ``/v1/messages`` or an input item's ``role`` of ``{}`` on ``/v1/responses``
+(both once a 500) is always sent. Only the protocols bridged to chat
+completions (``BRIDGED_PATHS``) get the valid cases too; elsewhere they would
+only repeat what the random cases send, at the cost of a generation each.
+
 The schema is the document's fuzzing variant: token counts capped so each
 request stays fast, token ids and top_k bounded by the served model's
 vocabulary, ``/update_weights_from_disk`` left out (it would load a
@@ -84,6 +94,21 @@ def _cases(operations) -> list:
     ]
 
 
+# The protocols translated into chat completions: their valid coverage cases are sent too.
+BRIDGED_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens", "/v1/responses"})
+
+
+def _coverage_cases(operations) -> list:
+    return [
+        pytest.param(operation.label, mode, id=f"{operation.label}-coverage-{mode.value}")
+        for operation in operations
+        if operation.body
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        if mode is GenerationMode.NEGATIVE or operation.path in BRIDGED_PATHS
+    ]
+
+
+COVERAGE_CASES = _coverage_cases(OPERATIONS)
 CASES = _cases(operation for operation in OPERATIONS if operation.path not in CONTROL_PATHS)
 CONTROL_CASES = _cases(operation for operation in OPERATIONS if operation.path in CONTROL_PATHS)
 # Examples per operation and mode; TERCET_FUZZ_EXAMPLES raises it for a long, thorough run.
@@ -183,3 +208,17 @@ def test_no_request_gets_a_server_error(fuzz_server, served_schema, label, mode)
 def test_control_routes_answer_as_the_document_says(fuzz_server, served_schema, label, mode):
     expect = _is_served if mode is GenerationMode.POSITIVE else _is_refused
     _fuzz(served_schema, fuzz_server.base_url, label, mode, CONTROL_EXAMPLES, expect)
+
+
+@pytest.mark.parametrize("label, mode", COVERAGE_CASES)
+def test_the_coverage_cases_get_no_server_error(fuzz_server, served_schema, label, mode):
+    operation = served_schema.find_operation_by_label(label)
+    config = served_schema.config.generation_for(operation=operation)
+    expect = _is_answered if mode is GenerationMode.POSITIVE else _is_refused
+    num_sent = 0
+    for case in served_schema.iter_coverage_cases(operation, generation_modes=[mode], generation_config=config):
+        response = case.call(base_url=fuzz_server.base_url, timeout=REQUEST_TIMEOUT)
+        assert response.status_code < 500, _describe(case, response)
+        expect(case, response)
+        num_sent += 1
+    assert num_sent, f"no coverage case was sent for {label}"

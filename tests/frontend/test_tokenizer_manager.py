@@ -195,7 +195,8 @@ def test_tokenizing_runs_off_the_event_loop(manager, monkeypatch):
 
 
 def test_the_chat_prompt_is_the_template_tokenized(manager):
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi <|im_end|> there"}]
+    # (Special-token text in a message is another matter: tests/tokenizer/test_content_tokens.py.)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi < there"}]
     expected = manager.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     expected = list(getattr(expected, "input_ids", expected))
     assert manager.apply_chat_template(messages) == expected

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import httpx
 
+from tercet.config import TercetConfig
 from tercet.containment import ContainedFailures
 from tercet.formats.pooling_spec import Pooling
 from tercet.frontend.chat_tools import ChatTools
@@ -84,6 +86,8 @@ class StandInTokenizerManager:
     # No LoRA adapters: a model name other than MODEL is a 404 at the HTTP edge.
     serves_lora = False
     context_len = 64
+    # The default configuration (the control routes read [server] from it).
+    context = SimpleNamespace(config=TercetConfig())
     vocab_size = 100
     tokenizer = StandInTokenizer()
     # A decoder that also embeds (4 dimensions).

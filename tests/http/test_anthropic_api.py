@@ -131,7 +131,7 @@ async def test_count_tokens_counts_the_templated_prompt():
     ({"max_tokens": 5, "messages": HI, "stop_sequences": "END"}, "stop_sequences must be a list"),
     ({"max_tokens": 5, "messages": HI, "temperature": -1}, "temperature"),
     ({"max_tokens": 5, "messages": HI, "metadata": {"user_id": 7}}, "metadata.user_id must be a string"),
-    ({"max_tokens": 5, "messages": HI, "tool_choice": {"type": "sometimes"}}, "tool_choice must be"),
+    ({"max_tokens": 5, "messages": HI, "tool_choice": {"type": "sometimes"}}, "tool_choice.type must be one of"),
     ({"max_tokens": 5, "messages": HI, "tools": [{"name": "x"}]}, "tools[0].input_schema"),
     ({"max_tokens": 5, "messages": HI, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "reasoning parser"),
     ({"max_tokens": 5, "messages": HI, "model": "claude-other"}, "does not exist"),

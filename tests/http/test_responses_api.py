@@ -74,7 +74,8 @@ async def test_the_stream_helpers_accumulate_the_events():
 def test_text_format_json_schema_is_chat_completions_response_format():
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     body = chat_body({"input": "x", "text": {"format": {"type": "json_schema", "name": "thing", "schema": schema}}})
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema}}
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema,
+                                                                          "strict": False}}
     assert body["messages"] == [{"role": "user", "content": "x"}]
 
 
@@ -104,3 +105,64 @@ async def test_the_last_item_of_an_incomplete_answer_is_incomplete_streamed_or_n
                    ).responses.stream(model=MODEL, input="x", max_output_tokens=2) as stream:
         done = [event.item.status async for event in stream if event.type == "response.output_item.done"]
     assert done == ["incomplete"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_response_repeats_only_what_a_response_object_allows(stream):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    body = {"model": MODEL, "input": "x", "metadata": {"team": "search", "run": "7"}, "reasoning": {"effort": "high"},
+            "text": {"format": {"type": "json_schema", "name": "thing", "schema": schema}, "verbosity": "low"},
+            "tools": [WEATHER], "tool_choice": "none"}
+    if stream:
+        async with sdk(StandInTokenizerManager()).responses.stream(**body) as events:
+            reply = await events.get_final_response()
+    else:
+        reply = await sdk(StandInTokenizerManager()).responses.create(**body)
+    assert reply.metadata == {"team": "search", "run": "7"}
+    assert (reply.reasoning.effort, reply.reasoning.summary) == ("high", None)
+    text_format = reply.text.format.model_dump(exclude_none=True, by_alias=True)
+    assert text_format == {"type": "json_schema", "name": "thing", "schema": schema, "strict": False}
+    assert reply.text.verbosity == "low"
+    assert reply.tool_choice == "none" and [tool.name for tool in reply.tools] == ["get_weather"]
+    named = await sdk(StandInTokenizerManager()).responses.create(
+        model=MODEL, input="x", tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"})
+    assert (named.tool_choice.type, named.tool_choice.name) == ("function", "get_weather")
+
+
+async def test_a_forced_call_and_a_text_format_are_refused_in_the_responses_terms():
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk(StandInTokenizerManager()).post("/responses", cast_to=object, body={
+            "input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"},
+            "text": {"format": {"type": "json_object"}}})
+    assert refused.value.body["param"] == "tool_choice" and "text.format" in refused.value.body["message"]
+    assert "response_format" not in refused.value.body["message"]
+
+
+async def test_a_null_format_is_plain_text_and_no_reasoning_is_null():
+    reply = await sdk(StandInTokenizerManager()).responses.create(input="x", text={"format": None})
+    assert reply.text.format.type == "text" and reply.reasoning is None and reply.metadata == {}
+
+
+@pytest.mark.parametrize("metadata, param", [
+    ("x", "metadata"),
+    ([1], "metadata"),
+    ({f"k{index}": "v" for index in range(17)}, "metadata"),
+    ({"k" * 65: "v"}, "metadata"),
+    ({"k": 1}, "metadata.k"),
+    ({"k": "v" * 513}, "metadata.k"),
+])
+async def test_metadata_is_at_most_sixteen_pairs_of_strings(metadata, param):
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk(StandInTokenizerManager()).post("/responses", cast_to=object,
+                                                  body={"input": "x", "metadata": metadata})
+    assert refused.value.body["param"] == param
+
+
+@pytest.mark.parametrize("reasoning, param", [
+    ("high", "reasoning"), ({"effort": "extreme"}, "reasoning.effort"), ({"summary": 1}, "reasoning.summary"),
+])
+async def test_reasoning_is_checked_before_it_is_repeated(reasoning, param):
+    with pytest.raises(openai.BadRequestError) as refused:
+        await sdk(StandInTokenizerManager()).post("/responses", cast_to=object, body={"input": "x",
+                                                                                       "reasoning": reasoning})
+    assert refused.value.body["param"] == param

@@ -1,0 +1,56 @@
+"""/v1/messages/count_tokens on the real TokenizerManager: any prompt up to the body limit is counted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from http_stand_in import post
+
+from tercet.config import load_config
+from tercet.errors import RequestError
+from tercet.frontend.tokenizer_manager import TokenizerManager
+from tercet.ipc.port_args import PortArgs
+from tercet.processes.context import ProcessContext
+from tercet.tokenizer.loading import load_tokenizer
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def manager(tiny_llama_dir):
+    config = load_config(environ={}, overrides={"model": {"path": str(tiny_llama_dir)}})
+    context = ProcessContext.create(config)
+    port_args = PortArgs.create(context.create_transport())
+    # No scheduler listens: counting sends nothing to one.
+    manager = TokenizerManager(context, port_args, load_tokenizer(str(tiny_llama_dir)), "tiny", 1024)
+    yield manager
+    manager.close()
+    port_args.remove_runtime_dir()
+
+
+def templated_length(manager: TokenizerManager, messages: list[dict]) -> int:
+    return len(manager.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+@pytest.mark.parametrize("too_long_by", ["tokens", "bytes"])
+async def test_a_prompt_longer_than_the_context_is_counted(manager, too_long_by):
+    # By its tokens, not by its bytes; or by its bytes alone (which once was a 400 citing a max_tokens of 1).
+    text = "abc " * 3000 if too_long_by == "tokens" else "x" * ((manager.context_len + 1) * manager.max_bytes_per_token)
+    messages = [{"role": "user", "content": text}]
+    response = await post({"messages": messages}, "/v1/messages/count_tokens", manager)
+    assert response.status_code == 200, response.text
+    assert response.json()["input_tokens"] == templated_length(manager, messages) > manager.context_len
+
+
+async def test_count_tokens_still_checks_the_body(manager):
+    response = await post({"messages": [{"role": "user", "content": "Hi"}], "tool_choice": {"type": []}},
+                          "/v1/messages/count_tokens", manager)
+    assert response.status_code == 400 and "tool_choice.type" in response.json()["error"]["message"]
+
+
+def test_a_conversation_too_long_without_max_tokens_names_only_the_prompt(manager):
+    text = "x" * ((manager.context_len + 1) * manager.max_bytes_per_token)
+    with pytest.raises(RequestError) as refused:
+        asyncio.run(manager.tokenize_chat([{"role": "user", "content": text}], 0))
+    assert refused.value.param == "messages" and "max_tokens" not in refused.value.message
