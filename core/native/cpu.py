@@ -163,11 +163,6 @@ def limit_torch_to(name: str) -> None:
             os.environ.setdefault(variable, value)
 
 
-def torch_is_limited() -> bool:
-    """Whether torch's kernels were held below this CPU's best level (:func:`limit_torch_to`)."""
-    return any(variable in os.environ for limits in TORCH_LIMITS.values() for variable in limits)
-
-
 def describe() -> str:
     """One line for logs: the level in use, whether it was forced, and the CPU's best."""
     level, best = level_in_use(), best_level()
@@ -177,4 +172,4 @@ def describe() -> str:
 
 __all__ = ["AUTO", "LEVEL_ENV", "PORTABLE", "TORCH_LIMITS", "UnsupportedLevel", "best_level", "check_level",
            "cpu_features", "describe", "is_forced", "level_in_use", "limit_torch_to", "runnable_levels",
-           "torch_is_limited", "use_level"]
+           "use_level"]
