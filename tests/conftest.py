@@ -14,8 +14,13 @@ if not in_cuda_lane():
     # when it is first imported: before any test (or library) imports it, not in one test module.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from tercet.config import load_config
 from tercet.formats.default_model import find_default_gguf
 from tercet.formats.gguf_file import GgufFile
+from tercet.frontend.tokenizer_manager import TokenizerManager
+from tercet.ipc.port_args import PortArgs
+from tercet.processes.context import ProcessContext
+from tercet.tokenizer.loading import load_tokenizer
 
 
 def pytest_collection_modifyitems(items):
@@ -70,3 +75,15 @@ def default_gguf():
     """The default model's GGUF, parsed (its tensors stay in the file until read)."""
     with GgufFile(find_default_gguf()) as parsed:
         yield parsed
+
+
+@pytest.fixture
+def tokenizer_manager_alone(tiny_llama_dir):
+    """A real TokenizerManager on the tiny Llama with no scheduler behind it (its sends wait in ZeroMQ's queue)."""
+    config = load_config(environ={}, overrides={"model": {"path": str(tiny_llama_dir)}})
+    context = ProcessContext.create(config)
+    port_args = PortArgs.create(context.create_transport())
+    manager = TokenizerManager(context, port_args, load_tokenizer(str(tiny_llama_dir)), "tiny", 1024)
+    yield manager
+    manager.close()
+    port_args.remove_runtime_dir()

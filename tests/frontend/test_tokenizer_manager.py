@@ -19,15 +19,9 @@ from tercet.tokenizer.loading import load_tokenizer
 
 
 @pytest.fixture
-def manager(tiny_llama_dir):
-    config = load_config(environ={}, overrides={"model": {"path": str(tiny_llama_dir)}})
-    context = ProcessContext.create(config)
-    port_args = PortArgs.create(context.create_transport())
+def manager(tokenizer_manager_alone):
     # No scheduler listens: what the manager sends waits in ZeroMQ's queue.
-    manager = TokenizerManager(context, port_args, load_tokenizer(str(tiny_llama_dir)), "tiny", 1024)
-    yield manager
-    manager.close()
-    port_args.remove_runtime_dir()
+    return tokenizer_manager_alone
 
 
 def test_close_closes_its_sockets_and_terminates_both_zmq_contexts(tiny_llama_dir):

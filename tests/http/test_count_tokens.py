@@ -7,26 +7,16 @@ import asyncio
 import pytest
 from http_stand_in import post
 
-from tercet.config import load_config
 from tercet.errors import RequestError
 from tercet.frontend.tokenizer_manager import TokenizerManager
-from tercet.ipc.port_args import PortArgs
-from tercet.processes.context import ProcessContext
-from tercet.tokenizer.loading import load_tokenizer
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def manager(tiny_llama_dir):
-    config = load_config(environ={}, overrides={"model": {"path": str(tiny_llama_dir)}})
-    context = ProcessContext.create(config)
-    port_args = PortArgs.create(context.create_transport())
+def manager(tokenizer_manager_alone):
     # No scheduler listens: counting sends nothing to one.
-    manager = TokenizerManager(context, port_args, load_tokenizer(str(tiny_llama_dir)), "tiny", 1024)
-    yield manager
-    manager.close()
-    port_args.remove_runtime_dir()
+    return tokenizer_manager_alone
 
 
 def templated_length(manager: TokenizerManager, messages: list[dict]) -> int:
