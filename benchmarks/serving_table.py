@@ -7,11 +7,10 @@ synthetic prompts from a seed); only one server runs at a time.
     python benchmarks/serving_table.py --system tercet-fp32 --system tercet-bf16 \\
         --system "llama.cpp-q4_1=/tmp/llamacpp/serve.sh" --json-out /tmp/table.json
 
-A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16``, ``tercet-avx2`` or ``NAME=COMMAND``: a
-shell command that starts a server on ``$PORT`` (its ``-np``/slots from
-``$NP``). The server's whole process tree (its session) is sampled for PSS: once
-when healthy (idle) and every 0.25 s during each load (peak). The markdown
-table goes to stdout; progress and server logs to stderr
+A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16``, ``tercet-avx2``, ``tercet-avx512vnni`` or
+``NAME=COMMAND``: a shell command that starts a server on ``$PORT`` (its ``-np``/slots from ``$NP``).
+The server's whole process tree (its session) is sampled for PSS: once when healthy (idle) and every
+0.25 s during each load (peak). The markdown table goes to stdout; progress and server logs to stderr
 and to files next to ``--json-out``.
 
 On a shared machine one pass can land in a slow spell for one system and not
@@ -42,6 +41,9 @@ TERCET_SYSTEMS = {
     "tercet-bf16": ["--quantization", "none", "--dtype", "bfloat16"],
     # The default with every kernel at the AVX2 level (and torch's held there too): an AVX2-only CPU's code.
     "tercet-avx2": ["--set", "model.cpu_isa=avx2"],
+    # The code of a CPU with AVX-512 VNNI but no BF16 (Cascade Lake, Ice Lake): the block kernel's AVX2 code
+    # with 256-bit vpdpbusd, AVX-512 elsewhere.
+    "tercet-avx512vnni": ["--set", "model.cpu_isa=avx512vnni"],
 }
 
 

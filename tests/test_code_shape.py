@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import lizard
 import pytest
 from radon.complexity import cc_rank, cc_visit
 
@@ -20,6 +21,14 @@ LONG_FUNCTIONS: dict[str, str] = {}
 # Blocks of radon grade C or worse (cyclomatic complexity 11 and up) allowed, each with the reason.
 COMPLEX_BLOCKS: dict[str, str] = {}
 MAX_TOP_LEVEL_MODULES = 15
+# The C kernels and their per-level headers, measured by lizard: a function's lines (its whole length,
+# comments included, as for Python above) and cyclomatic complexity (each `#if` branch counted too).
+C_SOURCES = sorted(path for folder in ("core", "plugins") for pattern in ("*.c", "*.h")
+                   for path in (ROOT / folder).rglob(pattern))
+MAX_C_FUNCTION_LINES = 60
+MAX_C_COMPLEXITY = 15
+# C functions allowed past either limit, each with the reason.
+LARGE_C_FUNCTIONS: dict[str, str] = {}
 
 
 def _name(path: Path, function: str) -> str:
@@ -69,3 +78,21 @@ def test_no_two_modules_differ_only_by_a_plural():
     names = {path.stem for path in SOURCES if path.stem != "__init__"}
     names |= {path.parent.name for path in SOURCES if path.name == "__init__.py"}
     assert sorted(name for name in names if f"{name}s" in names) == []
+
+
+def large_c_functions(path: Path) -> list[tuple[str, str]]:
+    return [(_name(path, function.name), f"{function.length} lines, complexity {function.cyclomatic_complexity}")
+            for function in lizard.analyze_file(str(path)).function_list
+            if function.length > MAX_C_FUNCTION_LINES or function.cyclomatic_complexity > MAX_C_COMPLEXITY]
+
+
+def test_the_c_kernels_are_measured():
+    assert {path.name for path in C_SOURCES} >= {"block_matmul.c", "block_matmul_avx2.h", "decode_attention.c",
+                                                 "native_layers.c"}
+    assert sum(len(lizard.analyze_file(str(path)).function_list) for path in C_SOURCES) > 100
+
+
+def test_no_c_function_is_longer_or_more_complex_than_the_limits_without_a_reason():
+    found = dict(function for path in C_SOURCES for function in large_c_functions(path))
+    assert {name: size for name, size in found.items() if name not in LARGE_C_FUNCTIONS} == {}
+    assert set(LARGE_C_FUNCTIONS) <= set(found), "a function excused here is no longer large: drop it from the list"

@@ -34,7 +34,8 @@ class IsaLevel:
 
 
 _AVX2 = frozenset({"avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm"})
-_AVX512 = _AVX2 | frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512_vnni", "avx512_bf16"})
+_AVX512_VNNI = _AVX2 | frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512_vnni"})
+_AVX512 = _AVX512_VNNI | frozenset({"avx512_bf16"})
 
 # Any architecture: the compiler's defaults, no instruction beyond the architecture's baseline.
 PORTABLE = IsaLevel("portable", "any", 0, (), frozenset(), "portable C, no vector code of tercet's own")
@@ -43,9 +44,15 @@ LEVELS = (
     PORTABLE,
     IsaLevel("avx2", "x86_64", 1, ("-march=x86-64-v3",), _AVX2,
              "AVX2, FMA, F16C (Haswell on; AMD Zen 1-3; Intel client chips)"),
-    IsaLevel("avx512", "x86_64", 2, ("-march=x86-64-v4", "-mavx512vnni", "-mavx512bf16"), _AVX512,
+    # The block kernel's AVX2 code with vpdpbusd for its int8 products (VEX-encoded here, EVEX with VL at
+    # avx512vnni); the other kernels are the AVX2 level's (avxvnni) or the AVX-512 level's (avx512vnni).
+    IsaLevel("avxvnni", "x86_64", 2, ("-march=x86-64-v3", "-mavxvnni"), _AVX2 | frozenset({"avx_vnni"}),
+             "AVX2 with AVX-VNNI's 256-bit int8 dot products (Intel client chips from Alder Lake)"),
+    IsaLevel("avx512vnni", "x86_64", 3, ("-march=x86-64-v4", "-mavx512vnni"), _AVX512_VNNI,
+             "AVX-512 with VNNI but no BF16 (Cascade Lake, Ice Lake)"),
+    IsaLevel("avx512", "x86_64", 4, ("-march=x86-64-v4", "-mavx512vnni", "-mavx512bf16"), _AVX512,
              "AVX-512 with VNNI and BF16 (Zen 4 on; Cooper Lake, Sapphire Rapids on)"),
-    IsaLevel("amx", "x86_64", 3, ("-march=x86-64-v4", "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8"),
+    IsaLevel("amx", "x86_64", 5, ("-march=x86-64-v4", "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8"),
              _AVX512 | frozenset({"amx_tile", "amx_int8"}), "AVX-512 and AMX's int8 tiles (Sapphire Rapids on)"),
     IsaLevel("neon", "aarch64", 1, ("-march=armv8-a",), frozenset({"asimd"}), "NEON (every aarch64 CPU)"),
     IsaLevel("dotprod", "aarch64", 2, ("-march=armv8.2-a+dotprod",), frozenset({"asimd", "asimddp"}),

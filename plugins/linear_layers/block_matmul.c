@@ -44,7 +44,8 @@
  * tests):
  *
  * - AVX-512 (BF16, BW and VNNI: Zen 4, Sapphire Rapids), in this file, and AMX beside it for prompts;
- * - AVX2 with FMA and F16C (x86-64-v3), block_matmul_avx2.h: 256-bit, u8 × s8 pair products;
+ * - AVX2 with FMA and F16C (x86-64-v3), block_matmul_avx2.h: 256-bit, u8 × s8 pair products, or
+ *   vpdpbusd where the build has AVX-VNNI or AVX-512 VNNI without BF16 (the avxvnni and avx512vnni levels);
  * - NEON (AArch64), block_matmul_neon.h;
  * - portable C, on any other CPU: there tercet uses torch's kernels instead (see
  *   tercet_block_matmul_vectorized).
@@ -739,12 +740,15 @@ static int amx_chunks(const void *x, int64_t x_stride, int64_t rows, int64_t blo
 
 /* x ([rows, k], x_stride apart) times the units into y ([rows, n], y_stride apart), both of `dtype`, the
  * integer sums from AMX (use_amx = 1, where tercet_block_matmul_amx() says it is here) or from VNNI (0). */
+/* The shapes a caller in C can get wrong (the Python layer checks them too): refused, never read past. */
+static int shapes_fit(int64_t rows, int64_t k, int64_t n, int kind, int64_t x_stride, int64_t y_stride) {
+    const int strides_fit = rows <= 1 || (x_stride >= k && y_stride >= n);
+    return rows >= 0 && k > 0 && k % BLOCK == 0 && n > 0 && (kind == Q4 || kind == Q8) && strides_fit;
+}
+
 static int block_matmul(const void *x, int64_t x_stride, int64_t rows, int64_t k, const uint8_t *units, int kind,
                         int64_t n, void *y, int64_t y_stride, int dtype, int use_amx) {
-    /* The shapes a caller in C can get wrong (the Python layer checks them too): refused, never read past. */
-    if (rows < 0 || k <= 0 || k % BLOCK || n <= 0 || (kind != Q4 && kind != Q8) ||
-        (rows > 1 && (x_stride < k || y_stride < n)))
-        return 2;
+    if (!shapes_fit(rows, k, n, kind, x_stride, y_stride)) return 2;
     int64_t blocks = k / BLOCK, tiles = (n + COLUMNS - 1) / COLUMNS, bytes = unit_bytes(kind);
     Rows prepared;
     if (allocate_rows(rows, k, &prepared)) return 1;

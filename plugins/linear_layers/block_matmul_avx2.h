@@ -34,6 +34,26 @@
 
 #include <immintrin.h>
 
+/* Where the CPU multiplies four unsigned bytes by four signed ones and adds them to an int32 lane in
+ * one instruction, vpdpbusd, in 256-bit registers: AVX-VNNI's VEX form (the avxvnni level: Intel client
+ * chips from Alder Lake, Zen 5), or AVX-512 VNNI's EVEX form with VL (the same operation; what the tests
+ * build to run this code on an AVX-512 CPU without AVX-VNNI). It replaces vpmaddubsw + vpmaddwd: Q4's
+ * pairs need no int16 step, and Q8's stored u = q + 128 meet xq unsigned, as on the AVX-512 level. The
+ * int32 sums are the same integers either way, so the bits are too. */
+#if defined(__AVXVNNI__)
+#define AVX2_DOT_PRODUCTS 1
+static inline __attribute__((always_inline)) __m256i avx2_dot_products(__m256i sums, __m256i u, __m256i s) {
+    return _mm256_dpbusd_avx_epi32(sums, u, s);
+}
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define AVX2_DOT_PRODUCTS 1
+static inline __attribute__((always_inline)) __m256i avx2_dot_products(__m256i sums, __m256i u, __m256i s) {
+    return _mm256_dpbusd_epi32(sums, u, s);
+}
+#else
+#define AVX2_DOT_PRODUCTS 0
+#endif
+
 /* Rows of x whose integer sums (both halves) live in registers at once, per kind. */
 #ifndef AVX2_Q4_ROWS
 #define AVX2_Q4_ROWS 4
@@ -111,61 +131,97 @@ static inline __attribute__((always_inline)) void avx2_finish(__m256i dot, __m25
     _mm256_storeu_ps(acc, out);
 }
 
+/* Q4: `count` (1..AVX2_ROW_GROUP, a constant once inlined) quantized rows xq (BLOCK apart) against a
+ * unit's codes, into dots[row][half], the int32 Σ q xq of each column. */
+static inline __attribute__((always_inline)) void avx2_q4_dots(const int8_t *xq, int count, const uint8_t *unit,
+                                                              __m256i dots[][2]) {
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+    /* The register loops stay loops (unroll 1): unrolled, the compiler splits every register's codes
+     * first and spills them. */
+#pragma GCC unroll 1
+    for (int g = 0; g < 4; g++) {
+        __m256i low[2], high[2]; /* registers g and g + 4 of each half */
+        for (int h = 0; h < 2; h++) {
+            const __m256i both = _mm256_loadu_si256((const __m256i *)(unit + g * 64 + 32 * h));
+            low[h] = _mm256_and_si256(both, nibble);
+            high[h] = _mm256_and_si256(_mm256_srli_epi16(both, 4), nibble);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < count; i++) {
+            const __m256i first = avx2_inputs(xq + i * BLOCK, g), second = avx2_inputs(xq + i * BLOCK, g + 4);
+            for (int h = 0; h < 2; h++) {
+#if AVX2_DOT_PRODUCTS
+                dots[i][h] = avx2_dot_products(avx2_dot_products(dots[i][h], low[h], first), high[h], second);
+#else
+                const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low[h], first),
+                                                       _mm256_maddubs_epi16(high[h], second));
+                dots[i][h] = _mm256_add_epi16(dots[i][h], pairs);
+#endif
+            }
+        }
+    }
+#if !AVX2_DOT_PRODUCTS
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+    for (int i = 0; i < count; i++)
+        for (int h = 0; h < 2; h++) dots[i][h] = _mm256_madd_epi16(dots[i][h], ones);
+#endif
+}
+
+/* Q8: as avx2_q4_dots; `offsets` are the rows' 128 Σ xq. */
+static inline __attribute__((always_inline)) void avx2_q8_dots(const int8_t *xq, const int32_t *offsets, int count,
+                                                              const uint8_t *unit, __m256i dots[][2]) {
+#if AVX2_DOT_PRODUCTS
+    /* The stored u = q + 128 meet xq as they are: Σ u xq, less the row's 128 Σ xq. */
+#pragma GCC unroll 1
+    for (int g = 0; g < 8; g++) {
+        __m256i u[2];
+        for (int h = 0; h < 2; h++) u[h] = _mm256_loadu_si256((const __m256i *)(unit + g * 64 + 32 * h));
+#pragma GCC unroll 8
+        for (int i = 0; i < count; i++) {
+            const __m256i inputs = avx2_inputs(xq + i * BLOCK, g);
+            for (int h = 0; h < 2; h++) dots[i][h] = avx2_dot_products(dots[i][h], u[h], inputs);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < count; i++)
+        for (int h = 0; h < 2; h++) dots[i][h] = _mm256_sub_epi32(dots[i][h], _mm256_set1_epi32(offsets[i]));
+#else
+    (void)offsets;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 1
+    for (int g = 0; g < 8; g++) {
+        __m256i q[2], magnitude[2];
+        for (int h = 0; h < 2; h++) {
+            q[h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(unit + g * 64 + 32 * h)), flip);
+            magnitude[h] = _mm256_abs_epi8(q[h]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < count; i++) {
+            const __m256i inputs = avx2_inputs(xq + i * BLOCK, g);
+            for (int h = 0; h < 2; h++) {
+                const __m256i products = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(magnitude[h], _mm256_sign_epi8(inputs, q[h])), ones);
+                dots[i][h] = _mm256_add_epi32(dots[i][h], products);
+            }
+        }
+    }
+#endif
+}
+
 /* `count` (1..AVX2_ROW_GROUP, a constant once inlined) rows of block b from row r against a unit,
  * both halves at once (each broadcast of four inputs feeds both); acc is the tile's [rows][16]. */
 static inline __attribute__((always_inline)) void avx2_rows_against_unit(const Rows *rows, int64_t chunk_rows,
                                                                          int64_t b, int64_t r, int count,
                                                                          const uint8_t *unit, int kind, float *acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int8_t *xq = rows->xq + (b * chunk_rows + r) * BLOCK;
+    const int64_t first = b * chunk_rows + r;
     __m256i dots[AVX2_ROW_GROUP][2];
 #pragma GCC unroll 8
     for (int i = 0; i < count; i++) dots[i][0] = dots[i][1] = _mm256_setzero_si256();
-    /* The register loops stay loops (unroll 1): unrolled, the compiler splits every register's codes
-     * first and spills them. */
-    if (kind == Q4) {
-        const __m256i nibble = _mm256_set1_epi8(0x0f);
-#pragma GCC unroll 1
-        for (int g = 0; g < 4; g++) {
-            __m256i low[2], high[2]; /* registers g and g + 4 of each half */
-            for (int h = 0; h < 2; h++) {
-                const __m256i both = _mm256_loadu_si256((const __m256i *)(unit + g * 64 + 32 * h));
-                low[h] = _mm256_and_si256(both, nibble);
-                high[h] = _mm256_and_si256(_mm256_srli_epi16(both, 4), nibble);
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < count; i++) {
-                const __m256i first = avx2_inputs(xq + i * BLOCK, g), second = avx2_inputs(xq + i * BLOCK, g + 4);
-                for (int h = 0; h < 2; h++) {
-                    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(low[h], first),
-                                                           _mm256_maddubs_epi16(high[h], second));
-                    dots[i][h] = _mm256_add_epi16(dots[i][h], pairs);
-                }
-            }
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < count; i++)
-            for (int h = 0; h < 2; h++) dots[i][h] = _mm256_madd_epi16(dots[i][h], ones);
-    } else {
-        const __m256i flip = _mm256_set1_epi8((char)0x80);
-#pragma GCC unroll 1
-        for (int g = 0; g < 8; g++) {
-            __m256i q[2], magnitude[2];
-            for (int h = 0; h < 2; h++) {
-                q[h] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(unit + g * 64 + 32 * h)), flip);
-                magnitude[h] = _mm256_abs_epi8(q[h]);
-            }
-#pragma GCC unroll 8
-            for (int i = 0; i < count; i++) {
-                const __m256i inputs = avx2_inputs(xq + i * BLOCK, g);
-                for (int h = 0; h < 2; h++) {
-                    const __m256i products = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(magnitude[h], _mm256_sign_epi8(inputs, q[h])), ones);
-                    dots[i][h] = _mm256_add_epi32(dots[i][h], products);
-                }
-            }
-        }
-    }
+    if (kind == Q4)
+        avx2_q4_dots(rows->xq + first * BLOCK, count, unit, dots);
+    else
+        avx2_q8_dots(rows->xq + first * BLOCK, rows->offsets + first, count, unit, dots);
     const uint16_t *halves = (const uint16_t *)(unit + codes_bytes(kind));
     __m256 d[2], m[2];
     for (int h = 0; h < 2; h++) {
@@ -173,11 +229,11 @@ static inline __attribute__((always_inline)) void avx2_rows_against_unit(const R
         m[h] = kind == Q4 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(halves + COLUMNS + 8 * h)))
                           : _mm256_setzero_ps();
     }
-    const float *scales = rows->scales + b * chunk_rows + r, *sums = rows->sums + b * chunk_rows + r;
 #pragma GCC unroll 8
     for (int i = 0; i < count; i++)
         for (int h = 0; h < 2; h++)
-            avx2_finish(dots[i][h], d[h], m[h], scales[i], sums[i], kind, acc + (r + i) * COLUMNS + 8 * h);
+            avx2_finish(dots[i][h], d[h], m[h], rows->scales[first + i], rows->sums[first + i], kind,
+                        acc + (r + i) * COLUMNS + 8 * h);
 }
 
 #define AVX2_ROWS_CASE(n)                                                                           \
@@ -208,8 +264,14 @@ static inline __attribute__((always_inline)) void avx2_unit(const Rows *rows, in
 #if AVX2_ROW_GROUP >= 6
             AVX2_ROWS_CASE(6)
 #endif
-#if AVX2_ROW_GROUP > 6
-#error "AVX2_ROW_GROUP: at most 6 cases are written out"
+#if AVX2_ROW_GROUP >= 7
+            AVX2_ROWS_CASE(7)
+#endif
+#if AVX2_ROW_GROUP >= 8
+            AVX2_ROWS_CASE(8)
+#endif
+#if AVX2_ROW_GROUP > 8
+#error "AVX2_ROW_GROUP: at most 8 cases are written out"
 #endif
             default: break;
         }

@@ -146,6 +146,23 @@ INLINE int outs_for(int rows) { return rows <= 4 ? 4 : 2; }
 
 /* `outs` consecutive outputs (their W rows from w) for `rows` rows of x; both are constants once
  * inlined, so the sums stay in registers. */
+/* Sixteen inputs from `at` (the first `count` of them where `tail`, zeros past them: a constant once
+ * inlined, so the full blocks keep plain loads) of every row and output into their lanes' sums. */
+INLINE void sixteen_inputs(const float *x, int64_t x_stride, const int rows, int64_t k, const float *w,
+                           const int outs, int64_t at, int tail, int64_t count, part_t acc[4][PASS_ROWS][PARTS]) {
+    for (int p = 0; p < PARTS; p++) {
+        const int64_t part = at + p * PART_LANES;
+        part_t weights[4];
+        for (int j = 0; j < outs; j++) weights[j] = tail ? load_first(w + j * k + part, count - p * PART_LANES)
+                                                         : load(w + j * k + part);
+        for (int r = 0; r < rows; r++) {
+            const part_t inputs = tail ? load_first(x + r * x_stride + part, count - p * PART_LANES)
+                                       : load(x + r * x_stride + part);
+            for (int j = 0; j < outs; j++) acc[j][r][p] = fma_part(weights[j], inputs, acc[j][r][p]);
+        }
+    }
+}
+
 INLINE void outputs_of(const float *x, int64_t x_stride, const int rows, int64_t k, const float *w, const int outs,
                        float *y, int64_t y_stride) {
     part_t acc[4][PASS_ROWS][PARTS];
@@ -155,26 +172,10 @@ INLINE void outputs_of(const float *x, int64_t x_stride, const int rows, int64_t
     int64_t i = 0;
     for (; i + 16 <= k; i += 16) {
         for (int j = 0; j < outs; j++) prefetch(w + (j + AHEAD * outs) * k + i);
-        for (int p = 0; p < PARTS; p++) {
-            const int64_t at = i + p * PART_LANES;
-            part_t weights[4];
-            for (int j = 0; j < outs; j++) weights[j] = load(w + j * k + at);
-            for (int r = 0; r < rows; r++) {
-                const part_t inputs = load(x + r * x_stride + at);
-                for (int j = 0; j < outs; j++) acc[j][r][p] = fma_part(weights[j], inputs, acc[j][r][p]);
-            }
-        }
+        sixteen_inputs(x, x_stride, rows, k, w, outs, i, 0, 16, acc);
     }
-    if (i < k) /* the last k % 16 inputs: zeros in the other lanes, whose sums gain 0 * 0 */
-        for (int p = 0; p < PARTS; p++) {
-            const int64_t at = i + p * PART_LANES;
-            part_t weights[4];
-            for (int j = 0; j < outs; j++) weights[j] = load_first(w + j * k + at, k - at);
-            for (int r = 0; r < rows; r++) {
-                const part_t inputs = load_first(x + r * x_stride + at, k - at);
-                for (int j = 0; j < outs; j++) acc[j][r][p] = fma_part(weights[j], inputs, acc[j][r][p]);
-            }
-        }
+    /* the last k % 16 inputs: zeros in the other lanes, whose sums gain 0 * 0 */
+    if (i < k) sixteen_inputs(x, x_stride, rows, k, w, outs, i, 1, k - i, acc);
     for (int j = 0; j < outs; j++)
         for (int r = 0; r < rows; r++) y[r * y_stride + j] = sum_lanes(acc[j][r]);
 }

@@ -16,9 +16,9 @@
  * OpenMP threads.
  *
  * Built by tercet's native build (see build.py) for each instruction-set level:
- * AVX-512 and AVX2 (with FMA) take the vector path below for head sizes that
- * are multiples of 16, with the same bits on both; other head sizes and the
- * portable level take the general C loop. Called through ctypes with the
+ * AVX-512, AVX2 (with FMA) and NEON (aarch64) take the vector path below for
+ * head sizes that are multiples of 16, with the same bits on all three; other
+ * head sizes and the portable level take the general C loop. Called through ctypes with the
  * tensors' data pointers.
  */
 
@@ -33,34 +33,25 @@
 
 enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1 };
 
-/* Row `index` of a [rows, width] array of `dtype`, widened to float32 into `out`. */
-static inline void load_row(const void *base, int dtype, int64_t index, int width, float *out) {
-    if (dtype == DTYPE_BFLOAT16) {
-        const uint16_t *row = (const uint16_t *)base + index * width;
-#pragma omp simd
-        for (int d = 0; d < width; d++) out[d] = bf16_to_float(row[d]);
-    } else {
-        memcpy(out, (const float *)base + index * width, sizeof(float) * (size_t)width);
-    }
-}
-
-static inline void store_row(void *base, int dtype, int64_t index, int width, const float *values) {
-    if (dtype == DTYPE_BFLOAT16) {
-        uint16_t *row = (uint16_t *)base + index * width;
-        for (int d = 0; d < width; d++) row[d] = float_to_bf16(values[d]);
-    } else {
-        memcpy((float *)base + index * width, values, sizeof(float) * (size_t)width);
-    }
-}
-
-/* A strided source row (q, k_new or v_new may be views into one projection), widened. */
-static inline void load_strided(const void *base, int dtype, int64_t offset, int width, float *out) {
+/* `width` values of `dtype` from element `offset` of `base`, widened to float32 into `out`: a cache row
+ * (offset row × width) or a strided source row (q, k_new or v_new may be views into one projection). */
+static inline void load_row(const void *base, int dtype, int64_t offset, int width, float *out) {
     if (dtype == DTYPE_BFLOAT16) {
         const uint16_t *row = (const uint16_t *)base + offset;
 #pragma omp simd
         for (int d = 0; d < width; d++) out[d] = bf16_to_float(row[d]);
     } else {
         memcpy(out, (const float *)base + offset, sizeof(float) * (size_t)width);
+    }
+}
+
+/* Row `index` of a [rows, width] array of `dtype`, from float32 `values` (bfloat16 rounded as torch does). */
+static inline void store_row(void *base, int dtype, int64_t index, int width, const float *values) {
+    if (dtype == DTYPE_BFLOAT16) {
+        uint16_t *row = (uint16_t *)base + index * width;
+        for (int d = 0; d < width; d++) row[d] = float_to_bf16(values[d]);
+    } else {
+        memcpy((float *)base + index * width, values, sizeof(float) * (size_t)width);
     }
 }
 
@@ -105,17 +96,113 @@ static inline float softmax_block(float *score, int count, float *maximum, float
     return rescale;
 }
 
-/* The vector path, for head sizes that are multiples of 16: the same algorithm on AVX-512 and on
- * AVX2 with FMA, over `vec16`, 16 float32 lanes: one register on AVX-512, two on AVX2 (lanes 0-7
- * and 8-15). Each ISA gives the few operations below; every lane sees the same float operations in
- * the same order on both, so the two give the same bits. -DTERCET_PORTABLE leaves only the general
- * path (attend_split). */
-#if !defined(TERCET_PORTABLE) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+/* The vector path, for head sizes that are multiples of 16: the same algorithm on AVX-512, on AVX2
+ * with FMA and on NEON, over `vec16`, 16 float32 lanes: one register on AVX-512, two on AVX2 (lanes
+ * 0-7 and 8-15), four on NEON. Each ISA gives the few operations below; every lane sees the same float
+ * operations in the same order on all of them, so they give the same bits (x86 against aarch64 under
+ * qemu: tests/native/test_aarch64_attention.py). -DTERCET_PORTABLE leaves only the general path
+ * (attend_split). */
+#if !defined(TERCET_PORTABLE) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || \
+                                   (defined(__aarch64__) && defined(__ARM_NEON)))
 #define VECTOR_PATH 1
-#include <immintrin.h>
 #define VECTOR_INLINE static inline __attribute__((always_inline))
 
-#if defined(__AVX512F__)
+#if defined(__aarch64__)
+#include <arm_neon.h>
+/* Into L2, as _mm_prefetch's T1 hint asks on x86. */
+#define PREFETCH_L2(address) __builtin_prefetch((address), 0, 2)
+#else
+#include <immintrin.h>
+#define PREFETCH_L2(address) _mm_prefetch((address), _MM_HINT_T1)
+#endif
+
+#if defined(__aarch64__)
+/* NEON: four registers of 4 lanes (0-3, 4-7, 8-11, 12-15). */
+typedef struct {
+    float32x4_t q[4];
+} vec16;
+
+VECTOR_INLINE vec16 broadcast16(float value) {
+    const float32x4_t v = vdupq_n_f32(value);
+    return (vec16){{v, v, v, v}};
+}
+VECTOR_INLINE vec16 zero16(void) { return broadcast16(0.0f); }
+VECTOR_INLINE vec16 loadu16(const float *from) {
+    return (vec16){{vld1q_f32(from), vld1q_f32(from + 4), vld1q_f32(from + 8), vld1q_f32(from + 12)}};
+}
+VECTOR_INLINE void storeu16(float *to, vec16 v) {
+    for (int i = 0; i < 4; i++) vst1q_f32(to + 4 * i, v.q[i]);
+}
+#define NEON_LANEWISE(name, operation)                                                                 \
+    VECTOR_INLINE vec16 name(vec16 a, vec16 b) {                                                         \
+        vec16 out;                                                                                       \
+        for (int i = 0; i < 4; i++) out.q[i] = operation(a.q[i], b.q[i]);                                \
+        return out;                                                                                      \
+    }
+NEON_LANEWISE(add16, vaddq_f32)
+NEON_LANEWISE(sub16, vsubq_f32)
+NEON_LANEWISE(mul16, vmulq_f32)
+VECTOR_INLINE vec16 fma16(vec16 a, vec16 b, vec16 c) {
+    vec16 out;
+    for (int i = 0; i < 4; i++) out.q[i] = vfmaq_f32(c.q[i], a.q[i], b.q[i]);
+    return out;
+}
+/* a > b ? a : b, as x86's max (b where either is NaN; NEON's own max would give the NaN). */
+VECTOR_INLINE vec16 max16(vec16 a, vec16 b) {
+    vec16 out;
+    for (int i = 0; i < 4; i++) out.q[i] = vbslq_f32(vcgtq_f32(a.q[i], b.q[i]), a.q[i], b.q[i]);
+    return out;
+}
+/* 2^n for whole numbers n (-126 to 127): truncated to an integer as x86's vcvttps2dq does. */
+VECTOR_INLINE vec16 pow2_16(vec16 n) {
+    vec16 out;
+    for (int i = 0; i < 4; i++)
+        out.q[i] = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n.q[i]), vdupq_n_s32(127)), 23));
+    return out;
+}
+
+/* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
+VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
+    if (dtype == DTYPE_BFLOAT16) {
+        const uint16_t *from = (const uint16_t *)base + offset;
+        vec16 out;
+        for (int i = 0; i < 2; i++) {
+            const uint16x8_t raw = vld1q_u16(from + 8 * i);
+            out.q[2 * i] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(raw), 16));
+            out.q[2 * i + 1] = vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(raw), 16));
+        }
+        return out;
+    }
+    return loadu16((const float *)base + offset);
+}
+
+/* Lane i of the result: (t[0][i] + t[2][i]) + (t[1][i] + t[3][i]) after t = the 4 × 4 transpose of
+ * f[0..3]: each f's four lanes summed as lane i + lane i + 2, then + 1. */
+VECTOR_INLINE float32x4_t sum_four_each(const float32x4_t f[4]) {
+    const float32x4x2_t low = vtrnq_f32(f[0], f[1]), high = vtrnq_f32(f[2], f[3]);
+    const float32x4_t t0 = vcombine_f32(vget_low_f32(low.val[0]), vget_low_f32(high.val[0]));
+    const float32x4_t t1 = vcombine_f32(vget_low_f32(low.val[1]), vget_low_f32(high.val[1]));
+    const float32x4_t t2 = vcombine_f32(vget_high_f32(low.val[0]), vget_high_f32(high.val[0]));
+    const float32x4_t t3 = vcombine_f32(vget_high_f32(low.val[1]), vget_high_f32(high.val[1]));
+    return vaddq_f32(vaddq_f32(t0, t2), vaddq_f32(t1, t3));
+}
+
+/* sum_each of the AVX-512 path, on quarters: the same additions of the same lanes (lane i plus lane
+ * i + 8, then + 4, + 2, + 1 for each vector). */
+VECTOR_INLINE vec16 sum_each(vec16 v[BLOCK]) {
+    vec16 out;
+    for (int quarter = 0; quarter < 4; quarter++) {
+        float32x4_t four[4];
+        for (int k = 0; k < 4; k++) {
+            const vec16 *x = &v[4 * quarter + k];
+            four[k] = vaddq_f32(vaddq_f32(x->q[0], x->q[2]), vaddq_f32(x->q[1], x->q[3]));
+        }
+        out.q[quarter] = sum_four_each(four);
+    }
+    return out;
+}
+
+#elif defined(__AVX512F__)
 typedef __m512 vec16;
 
 VECTOR_INLINE vec16 zero16(void) { return _mm512_setzero_ps(); }
@@ -323,8 +410,8 @@ VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, co
         for (int64_t j = 0; j < next_count; j++) {
             int64_t row = (slots[start + BLOCK + j] * num_kv_heads + first_head) * head_dim * element;
             for (int64_t byte = 0; byte < (int64_t)heads * head_dim * element; byte += 64) {
-                _mm_prefetch((const char *)k_cache + row + byte, _MM_HINT_T1);
-                _mm_prefetch((const char *)v_cache + row + byte, _MM_HINT_T1);
+                PREFETCH_L2((const char *)k_cache + row + byte);
+                PREFETCH_L2((const char *)v_cache + row + byte);
             }
         }
         for (int h = 0; h < heads; h++) {
@@ -391,8 +478,8 @@ static void attend_split(const float *queries, int group, int head_dim, const vo
         int count = last - start < BLOCK ? (int)(last - start) : BLOCK;
         for (int j = 0; j < count; j++) {
             int64_t cache_row = slots[start + j] * num_kv_heads + kv_head;
-            load_row(k_cache, cache_dtype, cache_row, head_dim, keys + j * head_dim);
-            load_row(v_cache, cache_dtype, cache_row, head_dim, values + j * head_dim);
+            load_row(k_cache, cache_dtype, cache_row * head_dim, head_dim, keys + j * head_dim);
+            load_row(v_cache, cache_dtype, cache_row * head_dim, head_dim, values + j * head_dim);
         }
         for (int j = 0; j < count; j++) {
             const float *key = keys + j * head_dim;
@@ -422,6 +509,160 @@ static void attend_split(const float *queries, int group, int head_dim, const vo
     }
 }
 
+/* One call's arguments (see tercet_paged_decode_attention below), read by its steps. */
+typedef struct {
+    const void *q, *k_new, *v_new;
+    int64_t q_token_stride, k_token_stride, v_token_stride;
+    int act_dtype, cache_dtype;
+    void *k_cache, *v_cache, *out;
+    const int64_t *req_to_token, *rows, *seq_lens, *out_cache_loc;
+    int64_t table_width;
+    int batch, num_heads, num_kv_heads, head_dim, group, split_keys;
+    float scale;
+} DecodeCall;
+
+static int shapes_fit(const DecodeCall *call) {
+    return call->num_kv_heads > 0 && call->num_heads % call->num_kv_heads == 0 && call->head_dim > 0 &&
+           call->head_dim <= MAX_HEAD_DIM && call->num_heads / call->num_kv_heads <= MAX_GROUP && call->split_keys > 0;
+}
+
+/* The splits of every sequence, numbered one after the other: sequence b's are
+ * [first_split[b], first_split[b + 1]) (batch + 1 entries; NULL if out of memory). */
+static int64_t *number_splits(const DecodeCall *call) {
+    int64_t *first_split = malloc(sizeof(int64_t) * (size_t)(call->batch + 1));
+    if (first_split == NULL) return NULL;
+    first_split[0] = 0;
+    for (int b = 0; b < call->batch; b++) {
+        int64_t keys = call->seq_lens[b] > 0 ? call->seq_lens[b] : 1;
+        first_split[b + 1] = first_split[b] + (keys + call->split_keys - 1) / call->split_keys;
+    }
+    return first_split;
+}
+
+/* The new tokens' K and V into their slots: first, since every split of their sequence reads them. */
+static void write_new_tokens(const DecodeCall *call) {
+    const int kv_heads = call->num_kv_heads, head_dim = call->head_dim;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < call->batch; b++) {
+        for (int h = 0; h < kv_heads; h++) {
+            float row[head_dim];
+            int64_t target = call->out_cache_loc[b] * kv_heads + h;
+            load_row(call->k_new, call->act_dtype, (int64_t)b * call->k_token_stride + (int64_t)h * head_dim, head_dim,
+                     row);
+            store_row(call->k_cache, call->cache_dtype, target, head_dim, row);
+            load_row(call->v_new, call->act_dtype, (int64_t)b * call->v_token_stride + (int64_t)h * head_dim, head_dim,
+                     row);
+            store_row(call->v_cache, call->cache_dtype, target, head_dim, row);
+        }
+    }
+}
+
+/* The KV heads of one work item: all of them when the vector path can hold them and there are splits
+ * enough to keep every thread busy, else one. A head's result is the same either way. */
+static int heads_per_item(const DecodeCall *call, int64_t num_splits) {
+#if defined(VECTOR_PATH)
+    if (call->head_dim % 16 == 0 && call->num_heads * call->head_dim <= MAX_ITEM_WIDTH &&
+        num_splits >= 2 * omp_get_max_threads())
+        return call->num_kv_heads;
+#else
+    (void)call;
+    (void)num_splits;
+#endif
+    return 1;
+}
+
+/* Sequence b's query heads of KV heads first_head.. first_head + heads - 1, scaled, into `queries`. */
+static void load_queries(const DecodeCall *call, int64_t b, int first_head, int heads, float *queries) {
+    const int head_dim = call->head_dim;
+    for (int h = 0; h < heads * call->group; h++) {
+        int64_t offset = b * call->q_token_stride + (int64_t)(first_head * call->group + h) * head_dim;
+        load_row(call->q, call->act_dtype, offset, head_dim, queries + (int64_t)h * head_dim);
+        for (int d = 0; d < head_dim; d++) queries[(int64_t)h * head_dim + d] *= call->scale;
+    }
+}
+
+/* One work item: split `split` of sequence b, for `heads` KV heads from first_head, into its partials. */
+static void attend_item(const DecodeCall *call, int64_t b, int64_t split_of_sequence, int first_head, int heads,
+                        const float *queries, float *partial, int64_t per_split) {
+    const int64_t first = split_of_sequence * call->split_keys;
+    const int64_t last = first + call->split_keys < call->seq_lens[b] ? first + call->split_keys : call->seq_lens[b];
+    const int64_t *slots = call->req_to_token + call->rows[b] * call->table_width;
+#if defined(VECTOR_PATH)
+    if (call->head_dim % 16 == 0) {
+        attend_split_vector(queries, call->group, call->head_dim, call->k_cache, call->v_cache, call->cache_dtype,
+                            slots, call->num_kv_heads, first_head, heads, first, last, partial, per_split);
+        return;
+    }
+#else
+    (void)heads;
+    (void)per_split;
+#endif
+    attend_split(queries, call->group, call->head_dim, call->k_cache, call->v_cache, call->cache_dtype, slots,
+                 call->num_kv_heads, first_head, first, last, partial, partial + call->group,
+                 partial + 2 * call->group);
+}
+
+/* Every work item (a split of a sequence, for `heads` KV heads), spread over the threads; returns
+ * nonzero if a thread's buffer could not be had. */
+static int attend_items(const DecodeCall *call, const int64_t *first_split, int heads, float *partials,
+                        int64_t per_split) {
+    const int64_t num_splits = first_split[call->batch], items_per_split = call->num_kv_heads / heads;
+    int failures = 0;
+#pragma omp parallel reduction(+ : failures)
+    {
+        float *queries = malloc(sizeof(float) * (size_t)heads * call->group * call->head_dim);
+        failures += queries == NULL;
+        int64_t b = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < num_splits * items_per_split; item++) {
+            if (queries == NULL) continue;
+            int64_t split = item / items_per_split;
+            int first_head = (int)(item % items_per_split) * heads;
+            while (first_split[b + 1] <= split) b++;
+            while (first_split[b] > split) b--;
+            load_queries(call, b, first_head, heads, queries);
+            attend_item(call, b, split - first_split[b], first_head, heads, queries,
+                        partials + (split * call->num_kv_heads + first_head) * per_split, per_split);
+        }
+        free(queries);
+    }
+    return failures;
+}
+
+/* Query head g of KV head kv_head of sequence b: its splits joined in order, written to out. */
+static void join_head(const DecodeCall *call, const int64_t *first_split, const float *partials, int64_t per_split,
+                      int b, int kv_head, int g) {
+    const int head_dim = call->head_dim, group = call->group;
+    float result[head_dim];
+    float maximum = -INFINITY;
+    for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
+        const float *partial = partials + (split * call->num_kv_heads + kv_head) * per_split;
+        if (partial[g] > maximum) maximum = partial[g];
+    }
+    float total = 0.0f;
+    memset(result, 0, sizeof result);
+    for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
+        const float *partial = partials + (split * call->num_kv_heads + kv_head) * per_split;
+        if (partial[g] == -INFINITY) continue;
+        float rescale = expf(partial[g] - maximum);
+        total += partial[group + g] * rescale;
+        const float *weighted = partial + 2 * group + (int64_t)g * head_dim;
+#pragma omp simd
+        for (int d = 0; d < head_dim; d++) result[d] += weighted[d] * rescale;
+    }
+    for (int d = 0; d < head_dim; d++) result[d] /= total;
+    store_row(call->out, call->act_dtype, (int64_t)b * call->num_heads + kv_head * group + g, head_dim, result);
+}
+
+/* Each sequence's splits joined, every head of it written. */
+static void join_splits(const DecodeCall *call, const int64_t *first_split, const float *partials,
+                        int64_t per_split) {
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < call->batch; b++)
+        for (int kv_head = 0; kv_head < call->num_kv_heads; kv_head++)
+            for (int g = 0; g < call->group; g++) join_head(call, first_split, partials, per_split, b, kv_head, g);
+}
+
 /*
  * q:            [B, num_heads, head_dim] in act_dtype, token stride q_token_stride (elements), heads contiguous
  * k_new, v_new: [B, num_kv_heads, head_dim] in act_dtype, token strides k_token_stride and v_token_stride
@@ -429,6 +670,7 @@ static void attend_split(const float *queries, int group, int head_dim, const vo
  * req_to_token: [rows, table_width] int64; rows[b] is sequence b's row; seq_lens[b] includes the new token
  * out_cache_loc[b]: the new token's slot
  * out:          [B, num_heads * head_dim] in act_dtype, contiguous
+ * Returns 0, 1 for shapes it does not take, 2 when out of memory.
  */
 int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const void *k_new, int64_t k_token_stride,
                                   const void *v_new, int64_t v_token_stride, int act_dtype, void *k_cache, void *v_cache,
@@ -436,111 +678,26 @@ int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const v
                                   const int64_t *rows, const int64_t *seq_lens, const int64_t *out_cache_loc,
                                   void *out, int batch, int num_heads, int num_kv_heads, int head_dim, float scale,
                                   int split_keys) {
+    const DecodeCall call = {
+        .q = q, .k_new = k_new, .v_new = v_new, .q_token_stride = q_token_stride, .k_token_stride = k_token_stride,
+        .v_token_stride = v_token_stride, .act_dtype = act_dtype, .cache_dtype = cache_dtype, .k_cache = k_cache,
+        .v_cache = v_cache, .out = out, .req_to_token = req_to_token, .rows = rows, .seq_lens = seq_lens,
+        .out_cache_loc = out_cache_loc, .table_width = table_width, .batch = batch, .num_heads = num_heads,
+        .num_kv_heads = num_kv_heads, .head_dim = head_dim, .split_keys = split_keys, .scale = scale,
+        .group = num_kv_heads > 0 ? num_heads / num_kv_heads : 0};
     if (batch <= 0) return 0;
-    if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0 || head_dim <= 0 || head_dim > MAX_HEAD_DIM ||
-        num_heads / num_kv_heads > MAX_GROUP || split_keys <= 0)
-        return 1;
-    const int group = num_heads / num_kv_heads;
-
-    /* The splits of every sequence, numbered one after the other. */
-    int64_t *first_split = malloc(sizeof(int64_t) * (size_t)(batch + 1));
+    if (!shapes_fit(&call)) return 1;
+    int64_t *first_split = number_splits(&call);
     if (first_split == NULL) return 2;
-    first_split[0] = 0;
-    for (int b = 0; b < batch; b++) {
-        int64_t keys = seq_lens[b] > 0 ? seq_lens[b] : 1;
-        first_split[b + 1] = first_split[b] + (keys + split_keys - 1) / split_keys;
-    }
-    const int64_t num_splits = first_split[batch];
-    const int64_t per_split = (int64_t)group * (head_dim + 2);
-    float *partials = malloc(sizeof(float) * (size_t)(num_splits * num_kv_heads * per_split));
-    if (partials == NULL) {
-        free(first_split);
-        return 2;
-    }
-
-    /* The new tokens' K and V first: every split of their sequence reads them. */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < batch; b++) {
-        for (int h = 0; h < num_kv_heads; h++) {
-            float row[head_dim];
-            int64_t target = out_cache_loc[b] * num_kv_heads + h;
-            load_strided(k_new, act_dtype, (int64_t)b * k_token_stride + (int64_t)h * head_dim, head_dim, row);
-            store_row(k_cache, cache_dtype, target, head_dim, row);
-            load_strided(v_new, act_dtype, (int64_t)b * v_token_stride + (int64_t)h * head_dim, head_dim, row);
-            store_row(v_cache, cache_dtype, target, head_dim, row);
-        }
-    }
-
-    /* A work item is one split of one sequence for `heads` KV heads: all of them when the vector
-     * path can hold them and there are splits enough to keep every thread busy, else one. A head's
-     * result is the same either way. */
-    int heads = 1;
-#if defined(VECTOR_PATH)
-    if (head_dim % 16 == 0 && num_heads * head_dim <= MAX_ITEM_WIDTH && num_splits >= 2 * omp_get_max_threads())
-        heads = num_kv_heads;
-#endif
-    const int64_t items_per_split = num_kv_heads / heads;
-#pragma omp parallel
-    {
-        float *queries = malloc(sizeof(float) * (size_t)heads * group * head_dim);
-        int failed = queries == NULL;
-        int64_t b = 0;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < num_splits * items_per_split; item++) {
-            if (failed) continue;
-            int64_t split = item / items_per_split;
-            int first_head = (int)(item % items_per_split) * heads;
-            while (first_split[b + 1] <= split) b++;
-            while (first_split[b] > split) b--;
-            int64_t first = (split - first_split[b]) * split_keys;
-            int64_t last = first + split_keys < seq_lens[b] ? first + split_keys : seq_lens[b];
-            for (int h = 0; h < heads * group; h++) {
-                int64_t offset = b * q_token_stride + (int64_t)(first_head * group + h) * head_dim;
-                load_strided(q, act_dtype, offset, head_dim, queries + (int64_t)h * head_dim);
-                for (int d = 0; d < head_dim; d++) queries[(int64_t)h * head_dim + d] *= scale;
-            }
-            float *partial = partials + (split * num_kv_heads + first_head) * per_split;
-            const int64_t *slots = req_to_token + rows[b] * table_width;
-#if defined(VECTOR_PATH)
-            if (head_dim % 16 == 0)
-                attend_split_vector(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads,
-                                    first_head, heads, first, last, partial, per_split);
-            else
-#endif
-            attend_split(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, first_head,
-                         first, last, partial, partial + group, partial + 2 * group);
-        }
-        free(queries);
-    }
-
-    /* Join each sequence's splits in order and write its heads. */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < batch; b++) {
-        for (int kv_head = 0; kv_head < num_kv_heads; kv_head++) {
-            for (int g = 0; g < group; g++) {
-                float result[head_dim];
-                float maximum = -INFINITY;
-                for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
-                    const float *partial = partials + (split * num_kv_heads + kv_head) * per_split;
-                    if (partial[g] > maximum) maximum = partial[g];
-                }
-                float total = 0.0f;
-                memset(result, 0, sizeof result);
-                for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
-                    const float *partial = partials + (split * num_kv_heads + kv_head) * per_split;
-                    if (partial[g] == -INFINITY) continue;
-                    float rescale = expf(partial[g] - maximum);
-                    total += partial[group + g] * rescale;
-                    const float *weighted = partial + 2 * group + (int64_t)g * head_dim;
-#pragma omp simd
-                    for (int d = 0; d < head_dim; d++) result[d] += weighted[d] * rescale;
-                }
-                for (int d = 0; d < head_dim; d++) result[d] /= total;
-                store_row(out, act_dtype, (int64_t)b * num_heads + kv_head * group + g, head_dim, result);
-            }
-        }
+    const int64_t per_split = (int64_t)call.group * (head_dim + 2);
+    float *partials = malloc(sizeof(float) * (size_t)(first_split[batch] * num_kv_heads * per_split));
+    int failed = partials == NULL;
+    if (!failed) {
+        write_new_tokens(&call);
+        failed = attend_items(&call, first_split, heads_per_item(&call, first_split[batch]), partials, per_split);
+        if (!failed) join_splits(&call, first_split, partials, per_split);
     }
     free(partials);
     free(first_split);
-    return 0;
+    return failed ? 2 : 0;
 }

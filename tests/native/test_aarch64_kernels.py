@@ -23,25 +23,20 @@ except under CI=true, where they fail (Debian's gcc-aarch64-linux-gnu and qemu-u
 
 from __future__ import annotations
 
-import os
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from aarch64_tools import COMPILER, HOST_COMPILER, NATIVE_INCLUDE, OBJDUMP, QEMU, REPO, require_tools
 
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
 from tercet.native.levels import level_named
 from tercet.plugins.linear_layers.block_matmul import KIND_CODES, PORTABLE_SOURCE, load_kernel, pack_units
 
-REPO = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).with_name("block_matmul_driver.c")
-INCLUDES = ("-I", str(REPO / "core" / "native" / "include"), "-I", str(REPO / "plugins" / "linear_layers"))
-
-HOST_COMPILER = os.environ.get("CC", "gcc")
-COMPILER, OBJDUMP, QEMU = "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-objdump", "qemu-aarch64"
+INCLUDES = (*NATIVE_INCLUDE, "-I", str(REPO / "plugins" / "linear_layers"))
 # Each level (tercet.native.levels: its -march flags) on the emulated CPUs that have its features
 # (cortex-a57: ARMv8.0, no dot product; cortex-a76: the dot product; max: i8mm too). The i8mm build
 # on a CPU without i8mm is not a case: it stops at its first SMMLA.
@@ -59,12 +54,7 @@ COLUMN_COUNTS = (40, 8, 57)
 
 @pytest.fixture(scope="module", autouse=True)
 def _tools():
-    missing = [tool for tool in (HOST_COMPILER, COMPILER, OBJDUMP, QEMU) if shutil.which(tool) is None]
-    if missing:
-        message = f"missing {', '.join(missing)} (Debian: apt-get install gcc-aarch64-linux-gnu qemu-user)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_tools()
 
 
 def _compile(compiler: str, flags: tuple[str, ...], target: Path) -> Path:

@@ -12,8 +12,9 @@ from tercet.native import cpu
 from tercet.native.levels import LEVELS, PORTABLE, level_named, levels_of
 
 ZEN1 = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "abm"})
-SAPPHIRE_RAPIDS = ZEN1 | {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512_vnni", "avx512_bf16",
-                          "amx_tile", "amx_int8", "amx_bf16"}
+ICE_LAKE = ZEN1 | {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "avx512_vnni"}
+ALDER_LAKE = ZEN1 | {"avx_vnni"}
+SAPPHIRE_RAPIDS = ICE_LAKE | {"avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"}
 
 
 @pytest.fixture
@@ -32,13 +33,22 @@ def test_an_avx2_only_cpu_runs_the_avx2_level_and_nothing_above(on_x86):
     assert [level.name for level in cpu.runnable_levels(ZEN1)] == ["portable", "avx2"]
 
 
-def test_avx512_without_bf16_stays_at_avx2(on_x86):
+def test_avx512_without_vnni_stays_at_avx2(on_x86):
     skylake_x = ZEN1 | {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"}
     assert cpu.runnable_levels(skylake_x)[-1].name == "avx2"
 
 
 def test_a_xeon_with_amx_runs_every_x86_level(on_x86):
-    assert [level.name for level in cpu.runnable_levels(SAPPHIRE_RAPIDS)] == ["portable", "avx2", "avx512", "amx"]
+    assert [level.name for level in cpu.runnable_levels(SAPPHIRE_RAPIDS)] == [
+        "portable", "avx2", "avxvnni", "avx512vnni", "avx512", "amx"]
+
+
+def test_a_client_chip_with_avx_vnni_runs_the_avxvnni_level(on_x86):
+    assert cpu.runnable_levels(ALDER_LAKE)[-1].name == "avxvnni"
+
+
+def test_avx512_with_vnni_but_no_bf16_runs_the_avx512vnni_level(on_x86):
+    assert [level.name for level in cpu.runnable_levels(ICE_LAKE)] == ["portable", "avx2", "avx512vnni"]
 
 
 def test_an_older_x86_or_unknown_features_runs_portable_code_only(on_x86):

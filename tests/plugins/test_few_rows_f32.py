@@ -24,7 +24,7 @@ from tercet.plugins.linear_layers.few_rows_f32 import (
 from tercet.plugins.linear_layers.methods import DenseLinearMethod
 
 # The portable C path (forced by -DTERCET_PORTABLE), then each x86 level with vector code of its own.
-VECTOR_LEVELS = ("avx2", "avx512")
+VECTOR_LEVELS = ("avx2", "avxvnni", "avx512vnni", "avx512")
 
 
 def _library_at(name: str):

@@ -66,7 +66,7 @@ def test_decode_attends_and_writes_as_torch_native_does(seed, seq_lens, num_kv_h
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_every_vector_level_gives_the_same_bits(head_dim, group, dtype):
     """AVX2's path is AVX-512's in two 8-lane halves: the same operations lane for lane, the same bits."""
-    levels = [level for level in runnable_levels() if level.name in ("avx2", "avx512", "amx")]
+    levels = [level for level in runnable_levels() if level.name != "portable"]
     if len(levels) < 2:
         pytest.skip(f"this CPU runs one vector level of the kernel only ({', '.join(level.name for level in levels)})")
     layout, cache, table, batch, q, k, v = decode_case(9, [1, 15, 16, 17, 100, 700], 2, group, head_dim, 16, dtype)

@@ -1,0 +1,149 @@
+"""The paged decode attention's aarch64 builds, run under qemu-aarch64, give x86's bits.
+
+The kernel's vector path (decode_attention.c) is one algorithm over 16 float32
+lanes: one AVX-512 register, two AVX2 ones, four NEON ones, each lane seeing the
+same float operations in the same order, and the key sums reduced in one fixed
+tree. Here the reference is the kernel's library at the best level this x86 CPU
+runs; the driver (decode_attention_driver.c, the kernel compiled in whole) is
+cross-compiled at each aarch64 level and run under user-mode qemu, and its output
+and caches must be the same bytes. The cases: the default model's heads (3 KV
+heads of 3 query heads, 64 wide), one query head a KV head 128 wide, 8 a KV head;
+sequences of 1, 15, 16, 17, 100 and 700 keys (partial blocks, several splits);
+bfloat16 and float32 caches. The driver's x86 build is checked against the library
+first, so that a difference is the kernel's, not the driver's.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from aarch64_tools import COMPILER, HOST_COMPILER, NATIVE_INCLUDE, OBJDUMP, QEMU, REPO, require_tools
+
+from tercet.native.cpu import best_level
+from tercet.native.levels import level_named
+from tercet.plugins.paged_cpu_attention.build import load_kernel
+
+DRIVER = Path(__file__).with_name("decode_attention_driver.c")
+INCLUDES = (*NATIVE_INCLUDE, "-I", str(REPO / "plugins" / "paged_cpu_attention"))
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+SEQ_LENS = (1, 15, 16, 17, 100, 700)
+# (num_kv_heads, group, head_dim, split_keys): the default model's heads with the backend's splits, and
+# small splits (many per sequence, joined in order).
+SHAPES = ((3, 3, 64, 256), (2, 1, 128, 32), (1, 8, 64, 64))
+RUNS = [("neon", "cortex-a57"), ("dotprod", "cortex-a76"), ("i8mm", "max")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tools():
+    require_tools()
+
+
+def _tensors(seed: int, num_kv_heads: int, group: int, head_dim: int, dtype: torch.dtype) -> dict:
+    """A decode step: each sequence's cache rows scattered over the slots, its new token's slot last."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, heads = len(SEQ_LENS), num_kv_heads * group
+    slots = sum(SEQ_LENS) + 8
+    order = torch.randperm(slots, generator=generator)
+    table = torch.zeros(batch + 1, max(SEQ_LENS), dtype=torch.int64)
+    used = 0
+    for b, length in enumerate(SEQ_LENS):
+        table[b + 1, :length] = order[used:used + length]
+        used += length
+    def random(*shape):
+        return (torch.randn(*shape, generator=generator) * 2).to(dtype)
+    return {
+        "q": random(batch, heads, head_dim), "k_new": random(batch, num_kv_heads, head_dim),
+        "v_new": random(batch, num_kv_heads, head_dim), "k_cache": random(slots, num_kv_heads, head_dim),
+        "v_cache": random(slots, num_kv_heads, head_dim), "table": table,
+        "rows": torch.arange(1, batch + 1, dtype=torch.int64), "seq_lens": torch.tensor(SEQ_LENS, dtype=torch.int64),
+        "out_cache_loc": torch.tensor([int(table[b + 1, length - 1]) for b, length in enumerate(SEQ_LENS)]),
+    }
+
+
+def _on_x86(t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: int) -> bytes:
+    """The library's output and caches after the call, at the CPU's best level."""
+    kernel, k_cache, v_cache = load_kernel(level=best_level()), t["k_cache"].clone(), t["v_cache"].clone()
+    heads, dtype = num_kv_heads * group, t["q"].dtype
+    out = torch.empty(len(SEQ_LENS), heads * head_dim, dtype=dtype)
+    status = kernel(
+        t["q"].data_ptr(), heads * head_dim, t["k_new"].data_ptr(), num_kv_heads * head_dim, t["v_new"].data_ptr(),
+        num_kv_heads * head_dim, DTYPE_CODES[dtype], k_cache.data_ptr(), v_cache.data_ptr(), DTYPE_CODES[dtype],
+        _pointer(t["table"]), t["table"].stride(0), _pointer(t["rows"]), _pointer(t["seq_lens"]),
+        _pointer(t["out_cache_loc"]), out.data_ptr(), len(SEQ_LENS), heads, num_kv_heads, head_dim,
+        head_dim ** -0.5, split_keys)
+    assert status == 0
+    return b"".join(tensor.view(torch.uint8).numpy().tobytes() for tensor in (out, k_cache, v_cache))
+
+
+def _pointer(tensor: torch.Tensor):
+    import ctypes
+    return ctypes.cast(tensor.data_ptr(), ctypes.POINTER(ctypes.c_int64))
+
+
+def _case_file(path: Path, t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: int) -> Path:
+    dtype = t["q"].dtype
+    header = struct.pack("<10q", len(SEQ_LENS), num_kv_heads * group, num_kv_heads, head_dim, split_keys,
+                         DTYPE_CODES[dtype], DTYPE_CODES[dtype], t["k_cache"].shape[0], *t["table"].shape)
+    header += struct.pack("<f", head_dim ** -0.5)
+    parts = ("q", "k_new", "v_new", "k_cache", "v_cache", "table", "rows", "seq_lens", "out_cache_loc")
+    path.write_bytes(header + b"".join(t[name].contiguous().view(torch.uint8).numpy().tobytes() for name in parts))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory) -> list[tuple[Path, bytes]]:
+    """Each case's file for the driver, and x86's bytes."""
+    folder = tmp_path_factory.mktemp("attention_cases")
+    made = []
+    for index, (num_kv_heads, group, head_dim, split_keys) in enumerate(SHAPES):
+        for dtype in (torch.bfloat16, torch.float32):
+            t = _tensors(index, num_kv_heads, group, head_dim, dtype)
+            name = f"kv{num_kv_heads}_g{group}_d{head_dim}_s{split_keys}_{str(dtype).removeprefix('torch.')}.case"
+            made.append((_case_file(folder / name, t, num_kv_heads, group, head_dim, split_keys),
+                         _on_x86(t, num_kv_heads, group, head_dim, split_keys)))
+    return made
+
+
+def _compile(compiler: str, flags: tuple[str, ...], target: Path) -> Path:
+    subprocess.run([compiler, "-O3", "-std=c11", "-fopenmp", *flags, *INCLUDES, str(DRIVER), "-o", str(target),
+                    "-lm"], check=True, capture_output=True, text=True, timeout=120)
+    return target
+
+
+def _run(command: list[str], out_dir: Path, cases) -> list[bytes]:
+    out_dir.mkdir()
+    result = subprocess.run([*command, str(out_dir), *(str(path) for path, _ in cases)], capture_output=True,
+                            text=True, timeout=300, env={"OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:1] == ["vector 1"], "the driver was built without the vector path"
+    return [(out_dir / f"{path.name}.out").read_bytes() for path, _ in cases]
+
+
+def _differences(got: list[bytes], cases) -> list[str]:
+    return [f"{path.name}: {sum(a != b for a, b in zip(out, expected))} bytes differ"
+            for out, (path, expected) in zip(got, cases) if out != expected]
+
+
+def test_the_drivers_x86_build_gives_the_librarys_bytes(cases, tmp_path):
+    program = _compile(HOST_COMPILER, best_level().flags, tmp_path / "driver")
+    assert _differences(_run([str(program)], tmp_path / "out", cases), cases) == []
+
+
+@pytest.mark.parametrize(("level", "cpu"), RUNS)
+def test_aarch64_level_gives_x86_bits(level, cpu, cases, tmp_path):
+    program = _compile(COMPILER, ("-static", *level_named(level).flags), tmp_path / f"driver_{level}")
+    assert _differences(_run([QEMU, "-cpu", cpu, str(program)], tmp_path / "out", cases), cases) == []
+
+
+def test_the_neon_build_takes_the_vector_path(tmp_path):
+    """The key sums' fixed tree in NEON's registers: transposes and fused multiply-adds, not the scalar loop."""
+    object_file = tmp_path / "attention.o"
+    _compile(COMPILER, ("-c", *level_named("neon").flags), object_file)
+    listing = subprocess.run([OBJDUMP, "-d", str(object_file)], check=True, capture_output=True, text=True,
+                             timeout=60).stdout
+    mnemonics = {line.split("\t")[2].split()[0] for line in listing.splitlines() if line.count("\t") >= 2}
+    assert {"trn1", "trn2", "fmla"} <= mnemonics
