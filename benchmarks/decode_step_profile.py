@@ -34,7 +34,7 @@ from tercet.sampling_params import SamplingParams
 
 # Parts whose work runs outside torch's ops (ctypes calls): labelled so the profile sees them.
 LABELLED = {
-    (NativeLayers, "run"): "every layer in one C call (block kernel, attention, fused steps)",
+    (NativeLayers, "run_in_one_call"): "every layer in one C call (block kernel, attention, fused steps)",
     (KernelBlockLinear, "forward"): "block kernel, called from Python (the LM head; every layer without the one call)",
     (PagedCpuAttentionBackend, "forward"): "paged decode attention",
     (CpuFusedOps, "rms_norm"): "fused RMSNorm (+ residual add)",

@@ -28,7 +28,7 @@ import torch
 
 from tercet.formats.default_model import find_default_gguf
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
-from tercet.scheduler.grammar_backend import GrammarTokenizer
+from tercet.scheduler.grammar.grammar_backend import GrammarTokenizer
 from tercet.tokenizer.loading import load_tokenizer
 
 BACKEND = "llguidance"

@@ -32,12 +32,12 @@ from tercet.sampling_params import SamplingParams
 F32 = {"quantization": "none", "dtype": "float32"}
 
 
-def build_scheduler(model: dict, speculative: dict):
+def scheduler_on_default_model(model: dict, speculative: dict):
     from tercet.config import load_config
     from tercet.ipc.port_args import PortArgs
     from tercet.processes.context import ProcessContext
+    from tercet.scheduler.assembly import build_scheduler
     from tercet.scheduler.process import build_model_runner
-    from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer.loading import load_tokenizer
 
     config = load_config(environ={}, overrides={
@@ -47,7 +47,7 @@ def build_scheduler(model: dict, speculative: dict):
     context = ProcessContext.create(config)
     port_args = PortArgs.create(context.create_transport())
     runner = build_model_runner(context)
-    scheduler = Scheduler(context, port_args, runner, load_tokenizer(config.model.path))
+    scheduler = build_scheduler(context, port_args, runner, load_tokenizer(config.model.path))
     scheduler.sender_to_detokenizer.close()
     scheduler.sender_to_detokenizer = CollectingSender(lambda message, now: None)
     return scheduler, port_args
@@ -104,7 +104,7 @@ class Engine:
     """A scheduler in process with its part timings; speculation's k settable between requests."""
 
     def __init__(self, model: dict, speculative: dict):
-        self.scheduler, self.port_args = build_scheduler(model, speculative)
+        self.scheduler, self.port_args = scheduler_on_default_model(model, speculative)
         self.timings = Timings(self.scheduler)
         self.speculation = self.scheduler.model_step.speculation
 

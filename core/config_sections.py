@@ -92,7 +92,7 @@ class ServerConfig:
     api_key: str | None = field(default=None, metadata={"refuses_placeholders": True, "secret": True})
     # Browser pages of other sites may call the server only from these origins
     # ("https://app.example.com"; "*": any). A request whose Origin header names
-    # another origin is refused with 403 (tercet.http.browser_guard).
+    # another origin is refused with 403 (tercet.http.server.browser_guard).
     allowed_origins: tuple[str, ...] = field(default=(), metadata={"items": (ORIGIN_PATTERN, ORIGIN_MEANING)})
     # Host names a request may be addressed to besides the server's own (the bound
     # host; localhost when bound to loopback or all interfaces; any IP address).

@@ -92,7 +92,7 @@ def launch_server(config: TercetConfig) -> int:
 
 def _prepare_api_side(config: TercetConfig):
     """The HTTP side's modules, and the tokenizer when this process serves HTTP itself (one API worker)."""
-    from tercet.http import api_process  # noqa: F401 (imported for its cost, off the start's critical path)
+    from tercet.http.server import api_process  # noqa: F401 (imported for its cost, off the start's critical path)
     from tercet.tokenizer.loading import load_tokenizer
 
     return load_tokenizer(config.model.path) if config.server.api_workers == 1 else None
@@ -101,7 +101,7 @@ def _prepare_api_side(config: TercetConfig):
 def _serve(context: ProcessContext, port_args: PortArgs, supervisor: ChildSupervisor, first_report: dict,
            api_side: Future) -> int:
     """The API side: in this process, or in ``server.api_workers`` processes of its own."""
-    from tercet.http.api_process import serve_api
+    from tercet.http.server.api_process import serve_api
 
     config = context.config
     tokenizer = api_side.result()
@@ -114,8 +114,8 @@ def _serve(context: ProcessContext, port_args: PortArgs, supervisor: ChildSuperv
 
 def serve_api_workers(config: TercetConfig, port_args: PortArgs, supervisor: ChildSupervisor, first_report: dict) -> int:
     """``server.api_workers`` processes serve HTTP on one port (:mod:`tercet.processes.api_worker_group`)."""
-    from tercet.http.api_worker import run_api_worker_process
-    from tercet.http.server import reserve_shared_port
+    from tercet.http.server.api_worker import run_api_worker_process
+    from tercet.http.server.hypercorn_server import reserve_shared_port
 
     server = config.server
     try:

@@ -12,7 +12,7 @@ up to 2**64 - 1 is folded into int64 there), so an accepted value can always be
 sent and used.
 
 A request's parameters are validated once, where they are built at the HTTP
-edge (:func:`tercet.http.openai_params.checked_sampling_params`, against the
+edge (:func:`tercet.http.sampling_fields.checked_sampling_params`, against the
 served vocabulary); the TokenizerManager trusts them. The scheduler validates
 what arrives on edge 1 again, since over the tcp transport anything that can
 connect can send.

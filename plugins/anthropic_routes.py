@@ -1,15 +1,15 @@
 """The Anthropic Messages API as HTTP routes: ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
 
-The handlers are tercet's own (``tercet.http.anthropic_api``, served over chat completions),
+The handlers are tercet's own (``tercet.http.anthropic.anthropic_api``, served over chat completions),
 named by reference so that nothing of them is imported until the API server builds its app;
 their errors are in Anthropic's shape.
 """
 
 from tercet.plugin_api import hookimpl
 
-HANDLERS = "tercet.http.anthropic_api"
-PATHS = "tercet.http.openapi_anthropic"
-ERRORS = "tercet.http.anthropic_response:anthropic_error_body"
+HANDLERS = "tercet.http.anthropic.anthropic_api"
+PATHS = "tercet.http.openapi.openapi_anthropic"
+ERRORS = "tercet.http.anthropic.anthropic_response:anthropic_error_body"
 
 
 @hookimpl

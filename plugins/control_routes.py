@@ -1,14 +1,14 @@
 """The control plane as HTTP routes, SGLang's: flush the cache, server info, abort, pause, resume, new weights,
 LoRA adapters loaded and unloaded.
 
-Each is a fan-out to every data-parallel rank (``tercet.http.control_api``, named by
+Each is a fan-out to every data-parallel rank (``tercet.http.control.control_api``, named by
 reference so that nothing of it is imported until the API server builds its app).
 """
 
 from tercet.plugin_api import hookimpl
 
-HANDLERS = "tercet.http.control_api"
-PATHS = "tercet.http.openapi_paths"
+HANDLERS = "tercet.http.control.control_api"
+PATHS = "tercet.http.openapi.openapi_paths"
 ROUTES = (
     ("/flush_cache", "flush_cache", "POST", "FLUSH_CACHE"),
     ("/get_server_info", "get_server_info", "GET", "GET_SERVER_INFO"),
@@ -17,7 +17,7 @@ ROUTES = (
     ("/continue_generation", "continue_generation", "POST", "CONTINUE_GENERATION"),
     ("/update_weights_from_disk", "update_weights_from_disk", "POST", "UPDATE_WEIGHTS_FROM_DISK"),
 )
-LORA_HANDLERS = "tercet.http.lora_api"
+LORA_HANDLERS = "tercet.http.control.lora_api"
 LORA_ROUTES = (
     ("/load_lora_adapter", "load_lora_adapter", "POST", "LOAD_LORA_ADAPTER"),
     ("/unload_lora_adapter", "unload_lora_adapter", "POST", "UNLOAD_LORA_ADAPTER"),

@@ -1,14 +1,14 @@
 """The OpenAI-compatible API as HTTP routes: completions, chat completions, models, embeddings.
 
-The handlers are tercet's own (``tercet.http.openai_api``, ``tercet.http.embeddings_api``),
+The handlers are tercet's own (``tercet.http.openai.openai_api``, ``tercet.http.openai.embeddings_api``),
 named by reference so that nothing of them is imported until the API server builds its app.
 Disable this plugin (``[plugins] disable = ["openai_routes"]``) to serve no OpenAI API.
 """
 
 from tercet.plugin_api import hookimpl
 
-HANDLERS = "tercet.http.openai_api"
-PATHS = "tercet.http.openapi_paths"
+HANDLERS = "tercet.http.openai.openai_api"
+PATHS = "tercet.http.openapi.openapi_paths"
 
 
 @hookimpl
@@ -21,5 +21,5 @@ def register_http_routes(register):
     register("/v1/models", f"{HANDLERS}:list_models", ["GET"], openapi=f"{PATHS}:MODELS", needs_children=False)
     register("/v1/models/{model:path}", f"{HANDLERS}:retrieve_model", ["GET"], openapi=f"{PATHS}:MODEL",
              needs_children=False)
-    register("/v1/embeddings", "tercet.http.embeddings_api:create_embedding", ["POST"],
+    register("/v1/embeddings", "tercet.http.openai.embeddings_api:create_embedding", ["POST"],
              openapi=f"{PATHS}:EMBEDDINGS")

@@ -28,7 +28,7 @@ def main(model_path: str) -> dict:
     from tercet.config import load_config
     from tercet.detokenizer.detokenizer_manager import run_detokenizer_process
     from tercet.frontend.tokenizer_manager import TokenizerManager
-    from tercet.http.app import create_app
+    from tercet.http.server.app import create_app
     from tercet.ipc.channels import MessageSender
     from tercet.ipc.messages import BatchTokenIDOutput, FinishReason
     from tercet.ipc.port_args import PortArgs

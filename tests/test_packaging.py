@@ -49,7 +49,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 def test_wheel_has_core_and_plugin_packages(wheel):
     names = set(wheel.namelist())
     for module in ["tercet/plugin_host/hookspecs.py", "tercet/scheduler/scheduler.py", "tercet/model/llama.py",
-                   "tercet/http/app.py", "tercet/plugins/msgpack_serializer.py", "tercet/testing/pytest_plugin.py",
+                   "tercet/http/server/app.py", "tercet/plugins/msgpack_serializer.py", "tercet/testing/pytest_plugin.py",
                    "tercet/plugins/torch_native_attention/backend.py", "tercet/plugin_api/model.py",
                    # The decode kernel is compiled from its source on the machine that runs it.
                    "tercet/plugins/paged_cpu_attention/decode_attention.c"]:

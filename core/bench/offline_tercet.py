@@ -1,8 +1,9 @@
 """tercet's engine driven in-process: the real Scheduler, its loop body, and no peers.
 
 The :class:`~tercet.scheduler.scheduler.Scheduler` is built exactly as the
-scheduler process builds it (a ``ProcessContext``, a ``ModelRunner``, the
-tokenizer, ``PortArgs`` for ipc endpoints in a private temp directory). Its
+scheduler process builds it (:func:`~tercet.scheduler.assembly.build_scheduler`
+with a ``ProcessContext``, a ``ModelRunner``, the tokenizer, ``PortArgs`` for
+ipc endpoints in a private temp directory). Its
 sockets are bound and connected but no process is ever on the other end:
 requests go straight to its dispatcher, and its sender to the detokenizer is
 swapped for :class:`CollectingSender`, which keeps each step's
@@ -41,8 +42,8 @@ class TercetOfflineEngine:
         from tercet.config import load_config
         from tercet.ipc.port_args import PortArgs
         from tercet.processes.context import ProcessContext
+        from tercet.scheduler.assembly import build_scheduler
         from tercet.scheduler.process import build_model_runner
-        from tercet.scheduler.scheduler import Scheduler
         from tercet.tokenizer.loading import load_tokenizer
 
         defaults = load_config(environ={})
@@ -61,7 +62,8 @@ class TercetOfflineEngine:
         self.port_args = PortArgs.create(context.create_transport())
         try:
             self.model_runner = build_model_runner(context)
-            self.scheduler = Scheduler(context, self.port_args, self.model_runner, load_tokenizer(config.model.path))
+            tokenizer = load_tokenizer(config.model.path)
+            self.scheduler = build_scheduler(context, self.port_args, self.model_runner, tokenizer)
         except BaseException:
             self.port_args.remove_runtime_dir()
             raise

@@ -22,7 +22,7 @@ class GenerateRequest:
     numbered in OpenAI's order, ``index = prompt × n + i``.
 
     ``sampling_params`` come validated: the HTTP routes build them through
-    :func:`tercet.http.openai_params.checked_sampling_params`, and the
+    :func:`tercet.http.sampling_fields.checked_sampling_params`, and the
     TokenizerManager does not check them again. A caller building its own
     validates them first (:meth:`SamplingParams.validate`); what slips past
     is refused by the scheduler's intake, a 400 abort.

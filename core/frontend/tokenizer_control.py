@@ -1,41 +1,49 @@
 """The TokenizerManager's control plane: requests to every rank, and what the children report.
 
-A part of :class:`tercet.frontend.tokenizer_manager.TokenizerManager` (mixed into it),
-kept here because it is one concept of its own: a control request (flush the
-cache, pause, a plugin's own) goes to every data-parallel rank through a
+A part that :class:`tercet.frontend.tokenizer_manager.TokenizerManager` owns
+(``manager.control_plane``), one concept of its own: a control request (flush
+the cache, pause, a plugin's own) goes to every data-parallel rank through a
 :class:`tercet.ipc.communicator.Communicator`, whose merged replies come back
 to the API worker that asked; the ranks' figures for /metrics and the
 detokenizer's contained failures arrive here too, as do the answers about
-the server's API workers. It uses the manager's router, metrics, failure
-counts and worker identity.
+the server's API workers. It is built from the manager's router, worker
+identity, metrics and failure counts.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
+from tercet.containment import ContainedFailures
+from tercet.frontend.data_parallel_router import DataParallelRouter
 from tercet.ipc.communicator import Communicator
 from tercet.ipc.control_messages import ControlReply, ControlRequest
 from tercet.ipc.messages import ContainedFailureReport
 from tercet.ipc.rank_metrics import RankMetricsReport
+from tercet.ipc.result_routes import ApiWorker
+from tercet.metrics.serving_metrics import ServingMetrics
 
 # Logged under the manager's name, as before this part moved here: log filters keep working.
 logger = logging.getLogger("tercet.frontend.tokenizer_manager")
 
 
 class ControlPlane:
-    @property
-    def senders_to_schedulers(self) -> list:
-        """One sender per rank, in rank order (plugins' handlers may send with them)."""
-        return self.router.senders_to_schedulers
+    """Control requests to ``router``'s ranks, tagged as ``worker``'s; the ranks' figures go to
+    ``metrics``, a confused sender is counted in ``failures`` (the server's own)."""
 
-    @property
-    def rank_of_rid(self) -> dict[str, int]:
-        """The rank serving each completion in flight (read it; the router keeps it)."""
-        return self.router.rank_of_rid
-
-    def num_requests_per_rank(self) -> list[int]:
-        return self.router.num_requests_per_rank()
+    def __init__(self, router: DataParallelRouter, worker: ApiWorker, metrics: ServingMetrics,
+                 failures: ContainedFailures):
+        self.router = router
+        self.worker = worker
+        self.metrics = metrics
+        self.failures = failures
+        # The detokenizer's contained failures, as it reports them (it logs its own).
+        self.detokenizer_failures = ContainedFailures("detokenizer", logger)
+        # One communicator per control request type, made when first sent.
+        self.communicators: dict[type, Communicator] = {}
+        # Every worker's process id, by number (the main process tells them all once they listen).
+        self.worker_pids: dict[int, int] = {worker.number: os.getpid()}
 
     async def control(self, request_type: type[ControlRequest], timeout: float = 30.0, mode: str = "serial",
                       **fields) -> list[ControlReply]:

@@ -1,20 +1,24 @@
 """The TokenizerManager's embeddings: ``TokenizedEmbeddingReq`` out, ``BatchEmbeddingOutput`` back.
 
-A part of :class:`tercet.frontend.tokenizer_manager.TokenizerManager` (mixed into it),
-kept here because it is one concept of its own: it uses the manager's
-request table (``rid_to_state``), its sending and releasing of requests,
-tokenizing threads and checks, as generation does. Each input is its own
-request (``rid#i``), tokenized and measured with the others before any is
-sent (:mod:`tercet.frontend.embedding_batch`); a result arrives in one piece,
+A part that :class:`tercet.frontend.tokenizer_manager.TokenizerManager` owns
+(``manager.embeddings``), one concept of its own. An embedding request goes the
+way of a generation: through the manager's request table (``rid_to_state``) and
+its sending and releasing of requests (:class:`RequestBook`, what this part
+uses of the manager), tokenized and measured by the prompts part. Each input is
+its own request (``rid#i``), tokenized and measured with the others before any
+is sent (:mod:`tercet.frontend.embedding_batch`); a result arrives in one piece,
 the vector computed and pooled in the scheduler and passed on by the
-detokenizer.
+detokenizer. What the model can do (whether it embeds at all) the manager checks
+before it hands a request here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Protocol
 
+from tercet.containment import ContainedFailures
 from tercet.errors import RequestError
 from tercet.frontend.embedding_batch import (
     check_input_length,
@@ -25,47 +29,75 @@ from tercet.frontend.embedding_batch import (
 )
 from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest
 from tercet.frontend.req_state import ReqState
+from tercet.frontend.tokenizer_prompts import PromptTokenizer
 from tercet.ipc.messages import BatchEmbeddingOutput
-from tercet.model_abilities import NO_POOLING
+from tercet.ipc.result_routes import ApiWorker
+from tercet.metrics.serving_metrics import ServingMetrics
+
+
+class RequestBook(Protocol):
+    """The manager's request table and limits, as generation uses them too."""
+
+    rid_to_state: dict[str, ReqState]
+    max_prompts_per_request: int
+    max_requests_in_flight: int
+
+    def check_capacity(self, num_choices: int) -> None: ...
+
+    def check_unused(self, ids: list[str], rid: str | None) -> None: ...
+
+    def send_request(self, message, ids: list[str], sent: set[str]) -> None: ...
+
+    def release_states(self, states: dict[str, ReqState], sent: set[str]) -> list[str]: ...
 
 
 class EmbeddingRequests:
-    def tokenize_embedding_input(self, value: str | list[int], name: str) -> list[int]:
+    """Embedding requests through ``requests`` (the manager), their inputs tokenized by ``prompts``;
+    ``metrics`` observes their results, ``failures`` counts what observing them costs, ``worker`` tags their ids."""
+
+    def __init__(self, requests: RequestBook, prompts: PromptTokenizer, metrics: ServingMetrics,
+                 failures: ContainedFailures, worker: ApiWorker):
+        self.requests = requests
+        self.prompts = prompts
+        self.metrics = metrics
+        self.failures = failures
+        self.worker = worker
+
+    def tokenize_input(self, value: str | list[int], name: str) -> list[int]:
         """One input's tokens (a text with the model's special tokens, [CLS] … [SEP] for BERT;
         token ids as they are), refused if the model cannot take them whole."""
         if isinstance(value, str):
-            self.check_prompt_bytes(value, 0, name)
-            input_ids = self.tokenizer.encode(value) if value else []
+            self.prompts.check_prompt_bytes(value, 0, name)
+            input_ids = self.prompts.tokenizer.encode(value) if value else []
         else:
             input_ids = list(value)
-        check_input_length(len(input_ids), self.context_len, name)
+        check_input_length(len(input_ids), self.prompts.context_len, name)
         return input_ids
 
     async def embed(self, request: EmbeddingRequest) -> list[EmbeddingOutput]:
         """One embedding per input, in order. Inputs run as separate requests (``rid#i``) that the
         schedulers batch with any others; the first refusal refuses the request."""
-        if not self.abilities.can_embed:
-            raise RequestError(NO_POOLING, "model")
-        check_num_inputs(request, self.max_prompts_per_request, self.max_requests_in_flight)
-        self.check_capacity(len(request.inputs))
-        input_ids = await self.run_off_loop(tokenize_inputs, request, self.tokenize_embedding_input)
-        self.check_capacity(len(request.inputs))
+        requests = self.requests
+        check_num_inputs(request, requests.max_prompts_per_request, requests.max_requests_in_flight)
+        requests.check_capacity(len(request.inputs))
+        input_ids = await self.prompts.run_off_loop(tokenize_inputs, request, self.tokenize_input)
+        requests.check_capacity(len(request.inputs))
         rids = input_rids(self.worker.tag(request.rid or uuid.uuid4().hex), request)
-        self.check_unused(rids, request.rid)
+        requests.check_unused(rids, request.rid)
         event = asyncio.Event()
         states = {rid: ReqState(index, event) for index, rid in enumerate(rids)}
         sent: set[str] = set()
         try:
-            self.rid_to_state.update(states)
+            requests.rid_to_state.update(states)
             for message in input_messages(rids, input_ids):
-                self.send_request(message, [message.rid], sent)
+                requests.send_request(message, [message.rid], sent)
             while not all(state.finished for state in states.values()):
                 await event.wait()
                 event.clear()
             return [self._embedding_of(state.out_list[-1], request) for state in states.values()]
         finally:
             # The caller left: its inputs still waiting need not run.
-            for rid in self.release_states(states, sent):
+            for rid in requests.release_states(states, sent):
                 self.metrics.abandoned(rid)
 
     @staticmethod
@@ -87,7 +119,7 @@ class EmbeddingRequests:
                 self.metrics.embedded(rid, batch.prompt_tokens[position], batch.refusals[position] is not None)
             except Exception:
                 self.failures.record("metrics", f"observing embedding input {rid!r} for /metrics failed")
-            state = self.rid_to_state.get(rid)
+            state = self.requests.rid_to_state.get(rid)
             if state is None:  # its caller has gone
                 continue
             state.out_list.append(EmbeddingOutput(

@@ -3,10 +3,14 @@
 It tokenizes, sends ``TokenizedGenerateReq`` to the scheduler, and keeps a
 ``ReqState`` per completion id until the caller has consumed the last output;
 an asyncio loop receives ``BatchStrOutput`` from the detokenizer and wakes the
-waiting callers. Its parts of their own are mixed in: prompts, tokenized off
-the event loop (:mod:`tercet.frontend.tokenizer_prompts`), embeddings, which go
-the same way as generation (:mod:`tercet.frontend.tokenizer_embeddings`), and the
-control plane (:mod:`tercet.frontend.tokenizer_control`).
+waiting callers. It owns three parts of their own, each built with what it
+uses: ``prompts``, tokenized off the event loop
+(:class:`tercet.frontend.tokenizer_prompts.PromptTokenizer`); ``embeddings``,
+which go the same way as generation, through this manager's request table
+(:class:`tercet.frontend.tokenizer_embeddings.EmbeddingRequests`); and the
+``control_plane`` (:class:`tercet.frontend.tokenizer_control.ControlPlane`).
+The HTTP layer calls this manager only: its methods of those parts' concern
+(``tokenize_chat``, ``embed``, ``control``…) hand the call on.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import uuid
 from typing import AsyncIterator
 
@@ -24,14 +27,13 @@ from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.completion_outputs import outputs_as_they_come
 from tercet.frontend.constraint_size import check_constraint_size
 from tercet.frontend.data_parallel_router import DataParallelRouter
-from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
+from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
 from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.frontend.req_state import ReqState
 from tercet.frontend.tokenizer_control import ControlPlane
 from tercet.frontend.tokenizer_embeddings import EmbeddingRequests
-from tercet.frontend.tokenizer_prompts import PromptTokenizing, new_tokenize_pool
-from tercet.ipc.communicator import Communicator
-from tercet.ipc.control_messages import AbortRequestsReq, ControlReply
+from tercet.frontend.tokenizer_prompts import PromptTokenizer
+from tercet.ipc.control_messages import AbortRequestsReq, ControlReply, ControlRequest
 from tercet.ipc.messages import (
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -44,33 +46,28 @@ from tercet.ipc.rank_metrics import RankMetricsReport
 from tercet.ipc.result_routes import ApiWorker
 from tercet.metrics.serving_metrics import ServingMetrics
 from tercet.metrics.stage_timer import stage_timer
-from tercet.model_abilities import ENCODER_CANNOT_GENERATE, ModelAbilities
+from tercet.model_abilities import ENCODER_CANNOT_GENERATE, NO_POOLING, ModelAbilities
 from tercet.processes.context import ProcessContext
 from tercet.processes.manager_io import ManagerIO
 from tercet.reasoning.reader import ReasoningReader
-from tercet.tokenizer.loading import max_bytes_per_token
 
 logger = logging.getLogger(__name__)
 EDGE_TO_TOKENIZER = "edge 3 (detokenizer and schedulers -> TokenizerManager)"
 
 
-class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
+class TokenizerManager:
     def __init__(self, context: ProcessContext, port_args, tokenizer, served_model_name: str, context_len: int,
                  abilities: ModelAbilities | None = None, worker: ApiWorker = ApiWorker()):
         self.context = context
         # Which of the server's API workers this is: its tag on every id it sends brings the results back here.
         self.worker = worker
-        # Every worker's process id, by number (the main process tells them all once they listen).
-        self.worker_pids: dict[int, int] = {worker.number: os.getpid()}
         # What the model can do (its scheduler said when it came up): generate, embed or both.
         self.abilities = abilities or ModelAbilities()
         self.tokenizer = tokenizer
         self.served_model_name = served_model_name
         self.context_len = context_len
         self.vocab_size = len(tokenizer)
-        # None when the tokenizer allows no bound: prompts are then only measured by tokenizing.
-        self.max_bytes_per_token = max_bytes_per_token(tokenizer)
-        self.tokenize_pool = new_tokenize_pool()
+        self.prompts = PromptTokenizer(tokenizer, context_len, context.config.tokenizer.special_tokens_in_content)
         scheduler_config = context.config.scheduler
         # Requests the server holds at once: a full batch plus the waiting queue.
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
@@ -79,8 +76,7 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         self.router = DataParallelRouter(
             [self.io.open_sender(endpoint) for endpoint in port_args.scheduler_inputs], scheduler_config.load_balance
         )
-        self.communicators: dict[type, Communicator] = {}
-        # This process's contained failures, and those the detokenizer reports (it logs its own).
+        # This process's contained failures (the control plane counts those the detokenizer reports).
         self.failures = ContainedFailures("server", logger)
         # What /metrics publishes of the requests (observed here, as their outputs arrive).
         self.metrics = ServingMetrics(served_model_name, self.router.num_ranks, context_len, worker.number,
@@ -88,15 +84,17 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.reasoning = ReasoningReader.create(context, self.failures)  # None: [reasoning] parser = "none"
-        self.detokenizer_failures = ContainedFailures("detokenizer", logger)
         self.receiver = self.io.open_async_receiver(port_args.tokenizer_inputs[worker.number - 1], self.failures)
         self.rid_to_state: dict[str, ReqState] = {}
+        # Embeddings go through this manager's request table, as generation does.
+        self.embeddings = EmbeddingRequests(self, self.prompts, self.metrics, self.failures, worker)
+        self.control_plane = ControlPlane(self.router, worker, self.metrics, self.failures)
         self.io.set_handlers([
             (BatchStrOutput, self.handle_batch_str_output),
-            (BatchEmbeddingOutput, self.handle_batch_embedding_output),
-            (ControlReply, self.handle_control_reply),
-            (ContainedFailureReport, self.handle_contained_failure_report),
-            (RankMetricsReport, self.handle_rank_metrics_report),
+            (BatchEmbeddingOutput, self.embeddings.handle_batch_embedding_output),
+            (ControlReply, self.control_plane.handle_control_reply),
+            (ContainedFailureReport, self.control_plane.handle_contained_failure_report),
+            (RankMetricsReport, self.control_plane.handle_rank_metrics_report),
             *self.io.plugin_handlers(lambda: self),
         ])
         self.unhealthy_reason: str | None = None
@@ -118,7 +116,7 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         if self.handle_loop_task is not None:
             self.handle_loop_task.cancel()
         self.io.close()
-        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+        self.prompts.close()
 
     def is_healthy(self) -> bool:
         return self.unhealthy_reason is None
@@ -133,7 +131,62 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         """Completions whose caller has not consumed their last output yet."""
         return len(self.rid_to_state)
 
+    # -- the parts' calls, as the HTTP layer makes them -------------------------
+
+    @property
+    def max_bytes_per_token(self) -> int | None:
+        """The most prompt bytes one token stands for (None: no bound holds), as the prompts part measures."""
+        return self.prompts.max_bytes_per_token
+
+    async def tokenize_chat(
+        self, messages: list[dict], max_new_tokens: int | None = 0, tools: list[dict] | None = None,
+        generation_prefix: str = "",
+    ) -> list[int]:
+        """A conversation's prompt tokens, templated off the event loop (:meth:`PromptTokenizer.tokenize_chat`)."""
+        return await self.prompts.tokenize_chat(messages, max_new_tokens, tools, generation_prefix)
+
+    async def embed(self, request: EmbeddingRequest) -> list[EmbeddingOutput]:
+        """One embedding per input, in order (:meth:`EmbeddingRequests.embed`), where the model embeds."""
+        if not self.abilities.can_embed:
+            raise RequestError(NO_POOLING, "model")
+        return await self.embeddings.embed(request)
+
+    async def control(self, request_type: type[ControlRequest], timeout: float = 30.0, mode: str = "serial",
+                      **fields) -> list[ControlReply]:
+        """One control request to every rank; their replies, sorted by rank (:meth:`ControlPlane.control`)."""
+        return await self.control_plane.control(request_type, timeout, mode, **fields)
+
+    @property
+    def worker_pids(self) -> dict[int, int]:
+        """Every API worker's process id, by number (the main process tells them all once they listen)."""
+        return self.control_plane.worker_pids
+
+    @worker_pids.setter
+    def worker_pids(self, pids: dict[int, int]) -> None:
+        self.control_plane.worker_pids = pids
+
+    def api_workers(self) -> list[dict]:
+        """The server's API workers, for /get_server_info."""
+        return self.control_plane.api_workers()
+
+    def contained_failures(self) -> dict:
+        """This process's and the detokenizer's counts, for /get_server_info (each rank reports its own)."""
+        return self.control_plane.contained_failures()
+
     # -- requests -----------------------------------------------------------
+
+    @property
+    def senders_to_schedulers(self) -> list:
+        """One sender per rank, in rank order (plugins' handlers may send with them)."""
+        return self.router.senders_to_schedulers
+
+    @property
+    def rank_of_rid(self) -> dict[str, int]:
+        """The rank serving each completion in flight (read it; the router keeps it)."""
+        return self.router.rank_of_rid
+
+    def num_requests_per_rank(self) -> list[int]:
+        return self.router.num_requests_per_rank()
 
     @property
     def batch_limit(self) -> int:
@@ -154,7 +207,7 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         """Outputs of every completion of the request; see :class:`GenerateOutput`.
 
         The sampling parameters were validated where they were built (at the HTTP
-        edge, :func:`tercet.http.openai_params.checked_sampling_params`) and are
+        edge, :func:`tercet.http.sampling_fields.checked_sampling_params`) and are
         trusted here: only what depends on the model is checked, the prompts'
         tokens against its vocabulary and its context length. A batch's prompts
         all pass every check before any is sent (:mod:`tercet.frontend.prompt_batch`)."""
@@ -163,7 +216,7 @@ class TokenizerManager(PromptTokenizing, EmbeddingRequests, ControlPlane):
         check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)
         check_constraint_size(request.sampling_params, self.context.config.grammar.max_constraint_bytes)
         self.check_capacity(request.num_completions)  # refuse before the work of tokenizing
-        input_ids = await self.run_off_loop(tokenize_prompts, request, self.tokenize)
+        input_ids = await self.prompts.run_off_loop(tokenize_prompts, request, self.prompts.tokenize)
         # Other requests came in while this one was tokenized. From here to the
         # send nothing awaits, so these checks still hold when it is registered.
         self.check_capacity(request.num_completions)

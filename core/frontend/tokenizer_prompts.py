@@ -1,9 +1,10 @@
 """The TokenizerManager's prompts: templated, tokenized and measured off the event loop.
 
-A part of :class:`tercet.frontend.tokenizer_manager.TokenizerManager` (mixed into it),
-kept here because it is one concept of its own: turning a prompt or a conversation
-into tokens the model can take, refused when it cannot. It uses the manager's
-tokenizer, context length and ``tokenize_pool``.
+A part that :class:`tercet.frontend.tokenizer_manager.TokenizerManager` owns
+(``manager.prompts``), one concept of its own: turning a prompt or a
+conversation into tokens the model can take, refused when it cannot. It is
+built from the tokenizer, the context length and how client text may write
+special tokens, and owns the threads that tokenize.
 
 Tokenizing and chat templating run in worker threads: a long prompt takes
 seconds to tokenize, and on the event loop those seconds would stall every
@@ -25,6 +26,7 @@ from tercet.errors import RequestError
 from tercet.field_checks import is_integer
 from tercet.frontend.io_struct import GenerateRequest
 from tercet.tokenizer.content_tokens import ContentTokens, content_tokens_for
+from tercet.tokenizer.loading import max_bytes_per_token
 
 Result = TypeVar("Result")
 
@@ -34,12 +36,27 @@ def new_tokenize_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=_num_cpus(), thread_name_prefix="tercet-tokenize")
 
 
-class PromptTokenizing:
+class PromptTokenizer:
+    """Prompts and conversations into tokens for a model of ``context_len`` tokens, on the threads of
+    its own ``tokenize_pool``; ``special_tokens_in_content`` is ``[tokenizer] special_tokens_in_content``."""
+
+    def __init__(self, tokenizer, context_len: int, special_tokens_in_content: str):
+        self.tokenizer = tokenizer
+        self.context_len = context_len
+        self.special_tokens_in_content = special_tokens_in_content
+        self.vocab_size: int = len(tokenizer)
+        # None when the tokenizer allows no bound: prompts are then only measured by tokenizing.
+        self.max_bytes_per_token: int | None = max_bytes_per_token(tokenizer)
+        self.tokenize_pool: ThreadPoolExecutor = new_tokenize_pool()
+
+    def close(self) -> None:
+        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+
     @functools.cached_property
     def content_tokens(self) -> ContentTokens | None:
         """How a conversation's client text is tokenized; None: it may write control tokens
         (``[tokenizer] special_tokens_in_content = "parse"``). Made on first use, in a tokenizing thread."""
-        return content_tokens_for(self.tokenizer, self.context.config.tokenizer.special_tokens_in_content)
+        return content_tokens_for(self.tokenizer, self.special_tokens_in_content)
 
     async def run_off_loop(self, function: Callable[..., Result], *args) -> Result:
         """``function(*args)`` in a tokenizing thread, so the event loop keeps serving meanwhile."""
@@ -81,7 +98,7 @@ class PromptTokenizing:
     def tokenize(self, request: GenerateRequest) -> list[int]:
         """The prompt tokens of a single-prompt request, refused if they leave no
         room for its max_new_tokens. Blocks for as long as tokenizing takes;
-        :meth:`generate` runs it off the event loop."""
+        the manager's ``generate`` runs it off the event loop."""
         max_new_tokens = request.sampling_params.max_new_tokens
         if request.input_ids is not None:
             input_ids = list(request.input_ids)

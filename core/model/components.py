@@ -2,7 +2,7 @@
 the model architectures, as the factories their plugins registered.
 
 Whoever builds a runner hands it these (a scheduler process from its plugin
-registries, in :func:`tercet.scheduler.process.model_components`; tests through
+registries, in :func:`tercet.model.chosen_components.model_components`; tests through
 :mod:`tercet.testing.runner_factory`): the model side never looks plugins up itself.
 """
 

@@ -1,8 +1,10 @@
 """The fused CPU steps of a Llama layer (:file:`cpu_fused_ops.c`): RMSNorm with its residual add, SiLU·mul, rotary.
 
 Used for bfloat16 on a CPU when ``model.native_kernels`` allows (the default)
-and the C source builds here; the model runs torch's ops otherwise, and
-always in float32, whose output must equal transformers' token for token.
+and the C source builds here, by :class:`tercet.model.fused_layers.FusedCpuLayers`
+and the one call (:mod:`tercet.model.native_layers`); the model runs torch's ops
+otherwise, and layer by layer always in float32, whose output must equal
+transformers' token for token.
 The C file says how close each step is to torch's.
 """
 

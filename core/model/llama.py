@@ -11,6 +11,23 @@ Built with a :class:`tercet.model.tensor_parallel.TensorParallel` of more
 than one rank, each layer holds its rank's shard (see that module) and the
 forward joins the ranks with an all-reduce after the o and down projections
 and the embedding, and an all-gather of the logits.
+
+The layer is written three times. This file is its torch form, what
+:class:`tercet.model.torch_layers.TorchLayers` runs; the layer runner chosen
+when the model is attached (:mod:`tercet.model.layer_runner`) may run another:
+
+- :class:`tercet.model.fused_layers.FusedCpuLayers` (``core/model/fused_layers.py``):
+  the same layer from Python, its norms with their residual add, SiLU·mul and
+  rotary as C calls (``core/model/cpu_fused_ops.c``);
+- :class:`tercet.model.native_layers.NativeLayers` (``core/model/native_layers.c``):
+  every layer in one C call, the fused form's functions in its order.
+
+A change to the layer (a norm, a bias, the order of the residual adds) is made
+in all three. What holds them equal: ``tests/model/test_native_layers.py`` (the
+one call against the fused form, bit for bit in bfloat16),
+``tests/model/test_fused_ops.py`` (each fused step against the torch op it
+replaces) and ``tests/model/test_llama_matches_transformers.py`` (the torch form's
+greedy output against transformers').
 """
 
 from __future__ import annotations
@@ -23,11 +40,11 @@ from torch import nn
 
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
-from tercet.model.fused_ops import CpuFusedOps
 from tercet.model.kv_cache import PagedKVCache
-from tercet.model.native_layers import NativeLayers
+from tercet.model.layer_runner import LayerRunner
 from tercet.model.rotary import RopeSettings, RotaryEmbedding, apply_rotary
 from tercet.model.tensor_parallel import SINGLE, LlamaShards, TensorParallel
+from tercet.model.torch_layers import TorchLayers
 
 
 @dataclass(frozen=True)
@@ -97,25 +114,26 @@ class LlamaAttention(nn.Module):
         self.head_dim = shape.head_dim
         self.q_size = self.num_heads * shape.head_dim
         self.kv_size = self.num_kv_heads * shape.head_dim
+        # q and k sit side by side in the fused projection: they are rotated in one pass.
+        self.rotated_heads = self.num_heads + self.num_kv_heads
         self.qkv_proj = nn.Linear(shape.hidden_size, self.q_size + 2 * self.kv_size, bias=shape.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, shape.hidden_size, bias=shape.o_bias)
-        # Set by LlamaForCausalLM.use_fused_ops: the C ops and the rotary tables they read.
-        self.fused: CpuFusedOps | None = None
-        self.rotary: RotaryEmbedding | None = None
 
     def forward(self, hidden, cos, signed_sin, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
         qkv = self.qkv_proj(hidden)
-        # q and k sit side by side in the fused projection: rotate them in one pass.
-        qk_size = self.q_size + self.kv_size
-        rotated_heads = self.num_heads + self.num_kv_heads
-        if self.fused is not None:
-            self.fused.rotary_(qkv, rotated_heads, self.head_dim, batch.positions, self.rotary.cos_table,
-                               self.rotary.signed_sin_table)
-            q, k = qkv[:, :qk_size].view(-1, rotated_heads, self.head_dim).split([self.num_heads, self.num_kv_heads], 1)
-        else:
-            qk = qkv[:, :qk_size].view(-1, rotated_heads, self.head_dim)
-            q, k = apply_rotary(qk, cos, signed_sin).split([self.num_heads, self.num_kv_heads], dim=1)
-        v = qkv[:, qk_size:].view(-1, self.num_kv_heads, self.head_dim)
+        q, k = self.split_qk(apply_rotary(self.qk_heads(qkv), cos, signed_sin))
+        return self.attend(q, k, qkv, batch, backend, kv_cache)
+
+    def qk_heads(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The q and k heads of the fused projection's output, ``[T, rotated_heads, head_dim]`` (a view)."""
+        return qkv[:, : self.q_size + self.kv_size].view(-1, self.rotated_heads, self.head_dim)
+
+    def split_qk(self, qk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return qk.split([self.num_heads, self.num_kv_heads], dim=1)
+
+    def attend(self, q, k, qkv, batch: ForwardBatch, backend: AttentionBackend, kv_cache: PagedKVCache):
+        """Attention of the rotated ``q`` and ``k`` with ``qkv``'s v, through the o projection."""
+        v = qkv[:, self.q_size + self.kv_size :].view(-1, self.num_kv_heads, self.head_dim)
         return self.tp.all_reduce(self.o_proj(backend.forward(q, k, v, self.layer_id, batch, kv_cache)))
 
 
@@ -126,11 +144,8 @@ class LlamaMLP(nn.Module):
         intermediate = shards.local_intermediate
         self.gate_up_proj = nn.Linear(shape.hidden_size, 2 * intermediate, bias=shape.mlp_bias)
         self.down_proj = nn.Linear(intermediate, shape.hidden_size, bias=shape.mlp_bias)
-        self.fused: CpuFusedOps | None = None  # set by LlamaForCausalLM.use_fused_ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.fused is not None:
-            return self.tp.all_reduce(self.down_proj(self.fused.silu_mul(self.gate_up_proj(x))))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.tp.all_reduce(self.down_proj(F.silu(gate) * up))
 
@@ -142,22 +157,10 @@ class LlamaDecoderLayer(nn.Module):
         self.self_attn = LlamaAttention(shape, layer_id, shards)
         self.post_attention_layernorm = RMSNorm(shape.hidden_size, shape.rms_norm_eps)
         self.mlp = LlamaMLP(shape, shards)
-        self.fused: CpuFusedOps | None = None  # set by LlamaForCausalLM.use_fused_ops
 
     def forward(self, hidden, cos, signed_sin, batch, backend, kv_cache):
-        if self.fused is not None:
-            return self._fused_forward(hidden, batch, backend, kv_cache)
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, signed_sin, batch, backend, kv_cache)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
-
-    def _fused_forward(self, hidden, batch, backend, kv_cache):
-        # The residual stream is updated in place: ``hidden`` is this step's own tensor
-        # (the embedding's output, then each layer's).
-        first, second = self.input_layernorm, self.post_attention_layernorm
-        attended = self.self_attn(self.fused.rms_norm(hidden, first.weight, first.eps), None, None, batch, backend,
-                                  kv_cache)
-        normed = self.fused.rms_norm(hidden, second.weight, second.eps, addend=attended)
-        return hidden.add_(self.mlp(normed))
 
 
 class LlamaModel(nn.Module):
@@ -223,26 +226,19 @@ class LlamaForCausalLM(nn.Module):
         )
         self.attention_backend: AttentionBackend | None = None
         self.kv_cache: PagedKVCache | None = None
-        self.fused_ops: CpuFusedOps | None = None
-        self.runner_steps: CpuFusedOps | None = None
-        self.native_layers: NativeLayers | None = None
-        # Whether the one-call runner may add LoRA adapters' deltas (set by tercet.lora.lora_model).
+        # What runs the decoder layers of every step, given by attach.
+        self.layer_runner: LayerRunner | None = None
+        # Whether the LoRA backend adds the deltas a C layer runner would (set by tercet.lora.lora_model):
+        # a step with adapters may then stay in the one call.
         self.native_lora = False
 
-    def use_fused_ops(self, fused_ops: CpuFusedOps | None, runner_steps: CpuFusedOps | None = None) -> None:
-        """Run each layer's norms, SiLU·mul and rotary on ``fused_ops`` (None: torch's ops); the
-        one-call runner's on ``runner_steps`` (None: no one call)."""
-        self.fused_ops = fused_ops
-        self.runner_steps = runner_steps
-        for layer in self.model.layers:
-            layer.fused = layer.self_attn.fused = layer.mlp.fused = fused_ops
-            layer.self_attn.rotary = self.rotary
-
-    def attach(self, attention_backend: AttentionBackend, kv_cache: PagedKVCache) -> None:
+    def attach(self, attention_backend: AttentionBackend, kv_cache: PagedKVCache,
+               layer_runner: LayerRunner | None = None) -> None:
+        """Run over ``attention_backend`` and ``kv_cache``, the layers on ``layer_runner`` (made for both;
+        None: :class:`TorchLayers`). A model runner chooses it: :mod:`tercet.model.layer_runner_choice`."""
         self.attention_backend = attention_backend
         self.kv_cache = kv_cache
-        # Every layer in one C call where every part of a layer runs in C; None: layer by layer.
-        self.native_layers = NativeLayers.build(self, attention_backend, kv_cache)
+        self.layer_runner = layer_runner or TorchLayers(self.model.layers, self.rotary, attention_backend, kv_cache)
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Run one step; the backend must already be prepared for ``batch``."""
@@ -264,27 +260,9 @@ class LlamaForCausalLM(nn.Module):
 
     def hidden_states(self, batch: ForwardBatch) -> torch.Tensor:
         """The last decoder layer's output ``[T, hidden]`` for every new token, before the final norm."""
-        if self.attention_backend is None or self.kv_cache is None:
+        if self.layer_runner is None:
             raise RuntimeError("attach an attention backend and a KV cache before calling forward")
-        # The fused path rotates from the tables by position itself.
-        cos, signed_sin = (None, None) if self.fused_ops is not None else self.rotary.cos_sin(batch.positions)
-        hidden = self.embed(batch.input_ids)
-        segments = self._native_segments(batch.lora_runs, batch.num_tokens)
-        if segments is not None:
-            return self.native_layers.run(hidden.contiguous(), batch.positions, segments)
-        for layer in self.model.layers:
-            hidden = layer(hidden, cos, signed_sin, batch, self.attention_backend, self.kv_cache)
-        return hidden
-
-    def _native_segments(self, lora_runs, num_tokens: int) -> list | None:
-        """The step's adapter segments for the one-call runner ([] with none); None: run layer by layer
-        (no runner, more tokens than it takes, or adapters whose deltas it cannot add: they go through
-        the LoRA backend)."""
-        if self.native_layers is None or not self.native_layers.takes(num_tokens):
-            return None
-        if not lora_runs:
-            return []
-        return self.native_layers.segments_of(lora_runs) if self.native_lora else None
+        return self.layer_runner.run(self.embed(batch.input_ids), batch, self.native_lora)
 
     def final_hidden_states(self, batch: ForwardBatch) -> torch.Tensor:
         """Every new token's hidden state after the final norm, ``[T, hidden]``: what embeddings pool."""

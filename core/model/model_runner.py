@@ -30,8 +30,9 @@ from tercet.model.components import ModelComponents
 from tercet.model.decode_graphs import CudaGraphCapturer, DecodeGraphs
 from tercet.model.determinism import require_batch_invariant_layers
 from tercet.model.forward_batch import ForwardBatch
-from tercet.model.fused_ops import cpu_fused_ops_for, runner_steps_for
+from tercet.model.fused_ops import runner_steps_for
 from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
+from tercet.model.layer_runner_choice import choose_layer_runner
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.native_layers import load_layers_runner
 from tercet.model.pooling import pool_hidden_states
@@ -98,7 +99,7 @@ class ModelRunner:
         model_layout = dataclasses.replace(self.model.attention_layout(), deterministic=model.deterministic)
         self.attention_backend = (backend.result() if model_layout == layout
                                   else components.attention_backend(model_layout))
-        self.model.attach(self.attention_backend, self.kv_cache)
+        self._attach(self.model)
         self.decode_graphs = self._decode_graphs()
         self.eos_token_ids = self.checkpoint.eos_token_ids()
         # How /v1/embeddings pools this decoder's final hidden states; None: it serves none.
@@ -168,12 +169,19 @@ class ModelRunner:
         model = self.architecture.create(checkpoint.config, self.dtype, self.device, self.context_len, self.tp)
         report = self.architecture.load_weights(model, checkpoint, self.linear_methods)
         model.eval().requires_grad_(False)
-        if hasattr(model, "use_fused_ops"):  # a Llama-family decoder (another architecture may lack them)
-            allowed = self.linear_methods.native_kernels
-            model.use_fused_ops(cpu_fused_ops_for(self.device, self.dtype, allowed),
-                                runner_steps_for(self.device, self.dtype, allowed))
         return_freed_memory()
         return model, report
+
+    def _attach(self, model) -> None:
+        """Run ``model`` over this runner's attention backend and KV cache; a Llama-family decoder's layers
+        on the runner chosen for it here, once (:mod:`tercet.model.layer_runner_choice` logs which and why).
+        A CUDA graph, where one is captured, records a decode step of whichever runs."""
+        if not isinstance(model, LlamaForCausalLM):  # another architecture runs its layers its own way
+            model.attach(self.attention_backend, self.kv_cache)
+            return
+        layer_runner = choose_layer_runner(model, self.attention_backend, self.kv_cache,
+                                           self.linear_methods.native_kernels)
+        model.attach(self.attention_backend, self.kv_cache, layer_runner)
 
     @property
     def weights_info(self) -> dict:
@@ -189,7 +197,7 @@ class ModelRunner:
                 != self.architecture.shape(self.config)):
             raise ConfigError(f"{model_path} has a different architecture than the model being served")
         model, report = self.load_model(checkpoint)
-        model.attach(self.attention_backend, self.kv_cache)
+        self._attach(model)
         if self.lora is not None:
             self.lora.install(model)
         self.model, self.load_report = model, report

@@ -19,6 +19,12 @@ backend adds what the C runner adds (``native_equivalent``, the torch
 backend): each run of rows sharing an adapter is a segment whose A and B the
 runner reads in place (:func:`native_adapter`, made once per adapter).
 
+A step the one call does not take (more tokens than a kernel takes, adapters it
+cannot add) runs layer by layer on the runner it was built with
+(:attr:`NativeLayers.layer_by_layer`: the fused steps in bfloat16, torch's ops in
+float32), so :class:`NativeLayers` is a whole layer runner
+(:mod:`tercet.model.layer_runner`).
+
 A float32 model runs its steps in one call too (the C file built over float32,
 :data:`FLOAT32_SOURCE`): its linear layers' float32 functions (the few-rows
 kernel of dense layers, up to 16 tokens; the block kernel of GGUF block layers,
@@ -39,6 +45,9 @@ from dataclasses import dataclass
 import torch
 
 from tercet.lora.lora_model import PROJECTIONS
+from tercet.model.forward_batch import ForwardBatch
+from tercet.model.fused_ops import CpuFusedOps
+from tercet.model.layer_runner import LayerRunner
 from tercet.model.native_calls import NativeAttention, NativeMatmul
 from tercet.native.build import NativeBuildError, NativeSource, load_library
 from tercet.native.cpu import level_in_use
@@ -170,24 +179,40 @@ def _attention_of(backend) -> NativeAttention | None:
     return offer() if offer is not None else None
 
 
-def _runs_alone(model, kv_cache) -> bool:
-    """A dtype the runner is built for, its steps in C, on one rank (no all-reduce between layers)."""
-    return (model.runner_steps is not None and not model.tp.enabled and model.dtype in BUILDS
-            and kv_cache.dtype == model.dtype)
+def _refusal_of(model, kv_cache, attention: NativeAttention | None) -> str | None:
+    """Why ``model`` cannot run on its own in one call (None: it may): a dtype the runner is built for,
+    its cache's, its attention in C, on one rank (no all-reduce between layers)."""
+    if model.tp.enabled:
+        return "tensor parallelism all-reduces between layers"
+    if model.dtype not in BUILDS:
+        return f"the one call is built for {' and '.join(name for _, name, _ in BUILDS.values())}, not {model.dtype}"
+    if kv_cache.dtype != model.dtype:
+        return f"the KV cache is {kv_cache.dtype}, the model {model.dtype}"
+    if attention is None:
+        return "the attention backend offers no C function"
+    return None
 
 
-def _offers_of(layer, dtype_name: str) -> list[NativeMatmul] | None:
+def _offers_of(layer, dtype_name: str) -> list[NativeMatmul] | str:
+    """A layer's four matmuls as C functions over ``dtype_name``, or which one is not."""
     attention, mlp = layer.self_attn, layer.mlp
-    offers = [_offer_of(linear, dtype_name) for linear in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
-                                                             mlp.down_proj)]
-    return None if any(offer is None for offer in offers) else offers
+    projections = {"qkv_proj": attention.qkv_proj, "o_proj": attention.o_proj, "gate_up_proj": mlp.gate_up_proj,
+                   "down_proj": mlp.down_proj}
+    offers = [_offer_of(linear, dtype_name) for linear in projections.values()]
+    missing = [name for name, offer in zip(projections, offers) if offer is None]
+    return offers if not missing else f"{missing[0]} ({type(projections[missing[0]]).__name__})"
 
 
-def _every_layers_offers(model) -> list[list[NativeMatmul]] | None:
-    """Each layer's four matmuls as C functions over the model's dtype; None where one is not."""
+def _every_layers_offers(model) -> list[list[NativeMatmul]] | str:
+    """Each layer's four matmuls as C functions over the model's dtype; or why not, naming the first that is not."""
     dtype_name = BUILDS[model.dtype][1]
-    offers = [_offers_of(layer, dtype_name) for layer in model.model.layers]
-    return None if any(layer_offers is None for layer_offers in offers) else offers
+    offers = []
+    for index, layer in enumerate(model.model.layers):
+        layer_offers = _offers_of(layer, dtype_name)
+        if isinstance(layer_offers, str):
+            return f"layer {index}'s {layer_offers} offers no C function over {dtype_name}"
+        offers.append(layer_offers)
+    return offers
 
 
 def _layer_of(layer, offers: list[NativeMatmul], k_cache: torch.Tensor, v_cache: torch.Tensor) -> _Layer:
@@ -196,15 +221,17 @@ def _layer_of(layer, offers: list[NativeMatmul], k_cache: torch.Tensor, v_cache:
 
 
 class NativeLayers:
-    """The program of one model's layers over one attention backend and KV cache; :meth:`run` per step."""
+    """The program of one model's layers over one attention backend and KV cache, run in one C call
+    per step; the steps it does not take run on ``layer_by_layer``."""
 
-    def __init__(self, runner, program: _Program, layers, backend, keep_alive: tuple, max_rows: int = 0,
-                 adds_adapters: bool = True):
+    def __init__(self, runner, program: _Program, layers, backend, keep_alive: tuple, layer_by_layer: LayerRunner,
+                 max_rows: int = 0, adds_adapters: bool = True):
         self.runner = runner
         self.program = program
         self.layers = layers  # the ctypes array the program points into
         self.backend = backend
         self.keep_alive = keep_alive
+        self.layer_by_layer = layer_by_layer
         self.max_rows = max_rows  # the most tokens a step may have to run here; 0: any number
         self.adds_adapters = adds_adapters
         self.adapter_steps = 0  # steps run with adapters' deltas added here (what tests check)
@@ -215,30 +242,41 @@ class NativeLayers:
         return self.max_rows == 0 or num_tokens <= self.max_rows
 
     @classmethod
-    def build(cls, model, backend, kv_cache) -> NativeLayers | None:
-        """The program of ``model`` (a :class:`tercet.model.llama.LlamaForCausalLM` with its runner
-        steps set), or None where any part of a layer does not run in C."""
+    def build(cls, model, backend, kv_cache, steps: CpuFusedOps, layer_by_layer: LayerRunner) -> NativeLayers | str:
+        """The program of ``model`` (a :class:`tercet.model.llama.LlamaForCausalLM`), its norms, SiLU·mul and
+        rotary on ``steps``; or, where any part of a layer does not run in C, why not (a phrase for the log)."""
         attention = _attention_of(backend)
-        if attention is None or not _runs_alone(model, kv_cache):
-            return None
-        offers = _every_layers_offers(model)
-        runner = None if offers is None else load_layers_runner(model.dtype)
+        refusal = _refusal_of(model, kv_cache, attention)
+        offers = _every_layers_offers(model) if refusal is None else refusal
+        if isinstance(offers, str):
+            return offers
+        runner = load_layers_runner(model.dtype)
         if runner is None:
-            return None
+            return "the one call's C file does not build here (the warning above says why)"
         layers = [_layer_of(layer, layer_offers, kv_cache.k_buffers[i], kv_cache.v_buffers[i])
                   for i, (layer, layer_offers) in enumerate(zip(model.model.layers, offers))]
         limits = [offer.max_rows for layer_offers in offers for offer in layer_offers if offer.max_rows]
-        fused, cache_code = model.runner_steps, BUILDS[model.dtype][2]
         array = (_Layer * len(layers))(*layers)
-        shape, layout = model.shape, model.attention_layout()
-        program = _Program(
-            fused.function_address("norm"), fused.function_address("silu_mul"), fused.function_address("rotary"),
-            attention.function, model.rotary.cos_table.data_ptr(), model.rotary.signed_sin_table.data_ptr(),
-            array, len(layers), shape.hidden_size, shape.intermediate_size, layout.num_heads, layout.num_kv_heads,
-            layout.head_dim, attention.split_keys, cache_code, shape.rms_norm_eps, layout.scaling,
-        )
-        return cls(runner, program, array, backend, (model.rotary.cos_table, model.rotary.signed_sin_table),
-                   min(limits, default=0), adds_adapters=model.dtype == torch.bfloat16)
+        return cls(runner, _program_of(model, steps, attention, array), array, backend,
+                   (model.rotary.cos_table, model.rotary.signed_sin_table), layer_by_layer, min(limits, default=0),
+                   adds_adapters=model.dtype == torch.bfloat16)
+
+    def run(self, hidden: torch.Tensor, batch: ForwardBatch, native_lora: bool) -> torch.Tensor:
+        """The step in one call where it takes it (its adapters too, where ``native_lora`` says the LoRA
+        backend adds what the C runner adds), else layer by layer."""
+        segments = self._segments_of(batch, native_lora)
+        if segments is None:
+            return self.layer_by_layer.run(hidden, batch, native_lora)
+        return self.run_in_one_call(hidden.contiguous(), batch.positions, segments)
+
+    def _segments_of(self, batch: ForwardBatch, native_lora: bool) -> list | None:
+        """The step's adapter segments for the one call ([] with none); None: run layer by layer (more tokens
+        than it takes, or adapters whose deltas it cannot add: they go through the LoRA backend)."""
+        if not self.takes(batch.num_tokens):
+            return None
+        if not batch.lora_runs:
+            return []
+        return self.segments_of(batch.lora_runs) if native_lora else None
 
     def segments_of(self, lora_runs) -> list[tuple[int, int, NativeAdapter]] | None:
         """The step's adapter runs as the C runner reads them; None where one cannot be (run layer by layer)."""
@@ -252,7 +290,7 @@ class NativeLayers:
             segments.append((run.start, run.stop, adapter))
         return segments
 
-    def run(self, hidden: torch.Tensor, positions: torch.Tensor, segments=()) -> torch.Tensor:
+    def run_in_one_call(self, hidden: torch.Tensor, positions: torch.Tensor, segments=()) -> torch.Tensor:
         """Every layer over ``hidden`` (``[T, hidden]`` in the model's dtype, contiguous), in place; returns it.
         ``segments`` (from :meth:`segments_of`) add their adapters' deltas after each projection."""
         req_to_token, rows, seq_lens, out_cache_loc = self.backend.native_step()
@@ -268,3 +306,13 @@ class NativeLayers:
         self.steps += 1
         return hidden
 
+
+def _program_of(model, steps: CpuFusedOps, attention: NativeAttention, layers) -> _Program:
+    """What the C runner reads of every layer: the steps' functions, the tables, the sizes."""
+    shape, layout = model.shape, model.attention_layout()
+    return _Program(
+        steps.function_address("norm"), steps.function_address("silu_mul"), steps.function_address("rotary"),
+        attention.function, model.rotary.cos_table.data_ptr(), model.rotary.signed_sin_table.data_ptr(),
+        layers, len(layers), shape.hidden_size, shape.intermediate_size, layout.num_heads, layout.num_kv_heads,
+        layout.head_dim, attention.split_keys, BUILDS[model.dtype][2], shape.rms_norm_eps, layout.scaling,
+    )

@@ -59,7 +59,7 @@ from tercet.plugin_host.hookspecs import hookimpl
 from tercet.reasoning.parser import ReasoningFrame, ReasoningParser, ReasoningPiece, ReasoningStream
 from tercet.reasoning.tags import TaggedReasoningParser
 from tercet.sampling_params import SamplingParams
-from tercet.scheduler.grammar_backend import (
+from tercet.scheduler.grammar.grammar_backend import (
     MAX_ROLLBACK,
     GrammarBackend,
     GrammarError,
@@ -67,8 +67,8 @@ from tercet.scheduler.grammar_backend import (
     GrammarTokenizer,
 )
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
-from tercet.scheduler.proposer import DraftModel, DraftRequest, Proposer
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
+from tercet.scheduler.speculative.proposer import DraftModel, DraftRequest, Proposer
 from tercet.scheduler.stats import SchedulerStats
 from tercet.tools.tool_calls import (
     CallObjectStream,

@@ -157,13 +157,13 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
         doc="""Register grammar backends (constrained decoding), chosen by ``[grammar] backend``.
 
     ``register(name, factory)`` where ``factory(tokenizer)`` takes a
-    :class:`tercet.scheduler.grammar_backend.GrammarTokenizer` and returns a
-    :class:`tercet.scheduler.grammar_backend.GrammarBackend`: ``compile(kind, text)`` (called in
+    :class:`tercet.scheduler.grammar.grammar_backend.GrammarTokenizer` and returns a
+    :class:`tercet.scheduler.grammar.grammar_backend.GrammarBackend`: ``compile(kind, text)`` (called in
     one of several compile threads, never on the scheduler's loop, and abandoned, not
     interrupted, past ``[grammar] compile_timeout``; raise
-    :class:`tercet.scheduler.grammar_backend.GrammarError` for a constraint it cannot compile,
+    :class:`tercet.scheduler.grammar.grammar_backend.GrammarError` for a constraint it cannot compile,
     which fails that request alone with a 400) and ``matcher(compiled)``, a
-    :class:`tercet.scheduler.grammar_backend.GrammarMatcher` per completion that fills the
+    :class:`tercet.scheduler.grammar.grammar_backend.GrammarMatcher` per completion that fills the
     step's token bitmask and advances on each sampled token.
     """,
     ),
@@ -217,8 +217,8 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
 
     ``register(name, factory)`` where ``factory(config)`` takes the resolved
     :class:`tercet.config.TercetConfig` and returns a
-    :class:`tercet.scheduler.proposer.Proposer`: ``propose(requests)`` gets a
-    read-only :class:`tercet.scheduler.proposer.DraftRequest` for each decoding
+    :class:`tercet.scheduler.speculative.proposer.Proposer`: ``propose(requests)`` gets a
+    read-only :class:`tercet.scheduler.speculative.proposer.DraftRequest` for each decoding
     request that may speculate this step (its prompt and output tokens, and
     the most drafts it may take) and answers a list of draft token ids for
     each, in order (empty: no guess); ``forget(rid)`` drops any state kept for
@@ -228,9 +228,9 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     something malformed, gives no drafts that step, counted against its
     plugin. With tensor parallelism every rank asks its own proposer, so its
     drafts must be a pure function of what it is shown (as ``ngram``'s are).
-    A factory may instead return a :class:`tercet.scheduler.proposer.DraftModel`
+    A factory may instead return a :class:`tercet.scheduler.speculative.proposer.DraftModel`
     naming a checkpoint to draft with: the scheduler loads it with a KV pool of
-    its own and drafts greedily with it (:mod:`tercet.scheduler.model_drafter`).
+    its own and drafts greedily with it (:mod:`tercet.scheduler.speculative.model_drafter`).
     ``proposer = "none"`` (the default) turns speculation off.
     """,
     ),

@@ -15,7 +15,7 @@ completions through this one interface::
 
 A parser also gives its :class:`ReasoningFrame`, the markers as text, so that an
 output constraint (a JSON Schema, a forced tool call) can apply after the
-reasoning instead of from the first token (:mod:`tercet.scheduler.grammar_backend`).
+reasoning instead of from the first token (:mod:`tercet.scheduler.grammar.grammar_backend`).
 """
 
 from __future__ import annotations

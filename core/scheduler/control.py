@@ -34,7 +34,7 @@ from tercet.ipc.messages import FinishKind, FinishReason
 from tercet.scheduler.stats import SchedulerStats
 
 if TYPE_CHECKING:
-    from tercet.scheduler.grammars import GrammarCompiler
+    from tercet.scheduler.grammar.compiler import GrammarCompiler
     from tercet.scheduler.kv_memory import RequestKVMemory
     from tercet.scheduler.request_queues import RequestQueues
 
@@ -70,7 +70,7 @@ class ControlTarget:
     # The model: its weights' description, and reloading them.
     model_runner: object
     failures: ContainedFailures
-    # Speculative decoding (a tercet.scheduler.speculation.Speculation), None when off: its figures.
+    # Speculative decoding (a tercet.scheduler.speculative.speculation.Speculation), None when off: its figures.
     speculation: object | None = None
     # The LoRA adapters (a tercet.scheduler.lora_adapters.SchedulerAdapters), None when LoRA is off.
     adapters: object | None = None

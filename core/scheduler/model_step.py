@@ -4,13 +4,13 @@ A step does, in order: retract requests until every decoder has room for its
 next token; plan each running request's feed (decoders their last token,
 prefilling requests a share of the chunk budget), then append the speculative
 proposer's drafts to the feeds of decoders that speculate
-(:mod:`tercet.scheduler.speculation`); run the forward; record what was fed
+(:mod:`tercet.scheduler.speculative.speculation`); run the forward; record what was fed
 as cached; pick the rows to sample (requests that fed their last token, n > 1
 followers whose leader's prompt just completed, and one row per draft
 position of a speculating request); mask constrained rows; sample; and let
 each sampled token finish its request when it is done
 (:mod:`tercet.scheduler.sampled_tokens`), a speculating request's accepted
-tokens one by one (:mod:`tercet.scheduler.draft_verification`).
+tokens one by one (:mod:`tercet.scheduler.speculative.draft_verification`).
 """
 
 from __future__ import annotations
@@ -21,21 +21,25 @@ import torch
 
 from tercet.containment import ContainedFailures
 from tercet.ipc.messages import TokenLogprobs
-from tercet.scheduler.draft_verification import DraftRows
-from tercet.scheduler.grammar_masks import GrammarMasks
+from tercet.scheduler.grammar.grammar_masks import GrammarMasks
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice, sample_rows
 from tercet.scheduler.sampled_tokens import SampledTokens
+from tercet.scheduler.speculative.draft_verification import DraftRows
 from tercet.scheduler.stop_conditions import StopConditions
 
 if TYPE_CHECKING:
+    from tercet.metrics.stage_timer import NoStageTimer, StageTimer
+    from tercet.model.model_runner import ModelRunner
     from tercet.scheduler.kv_memory import RequestKVMemory
     from tercet.scheduler.request_queues import RequestQueues
-    from tercet.scheduler.speculation import Speculation
+    from tercet.scheduler.speculative.speculation import Speculation
 
 
 class ModelStep:
-    def __init__(self, queues: "RequestQueues", kv_memory: "RequestKVMemory", model_runner, timer, *, stop_conditions: StopConditions,
+    # An encoder's scheduler builds one over its EncoderRunner too, never stepped: nothing it serves feeds tokens.
+    def __init__(self, queues: "RequestQueues", kv_memory: "RequestKVMemory", model_runner: "ModelRunner",
+                 timer: "StageTimer | NoStageTimer", *, stop_conditions: StopConditions,
                  failures: ContainedFailures, grammar_plugin: str | None, chunked_prefill_size: int,
                  speculation: "Speculation | None" = None):
         self.queues = queues

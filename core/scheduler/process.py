@@ -29,37 +29,12 @@ def run_scheduler_process(config, port_args, rank, heartbeat, tp_rank, ready_wri
     )
 
 
-# What ``attention.backend = "auto"`` runs, by device type; any other device gets the fallback.
-AUTO_ATTENTION_BACKENDS = {"cpu": "paged_cpu"}
-AUTO_ATTENTION_FALLBACK = "torch_native"
-
-
-def model_components(context):
-    """The plugins' parts a model runner is built from, as this process's config chooses them."""
-    from tercet.model.components import ModelComponents
-
-    return ModelComponents(
-        attention_backend=context.chosen("attention_backends") or _auto_attention_backend(context),
-        linear_methods=context.registries.linear_methods.factories(),
-        architectures=context.registries.model_architectures.factories(),
-    )
-
-
-def _auto_attention_backend(context):
-    """The built-in backend for the configured device, or the fallback when that plugin is disabled."""
-    from tercet.model.model_runner import resolve_device
-
-    backends = context.registries.attention_backends
-    device = resolve_device(context.config.model.device)
-    preferred = AUTO_ATTENTION_BACKENDS.get(device.type, AUTO_ATTENTION_FALLBACK)
-    return backends.get(preferred if preferred in backends.names() else AUTO_ATTENTION_FALLBACK)
-
-
 def build_model_runner(context, tp=None):
     """The model runner a scheduler uses, as the config describes it (``tp``: its tensor-parallel place):
     a :class:`ModelRunner` for a decoder, an :class:`EncoderRunner` for an encoder-only model."""
     from tercet.formats.checkpoint import open_checkpoint
     from tercet.model.architecture import choose_architecture
+    from tercet.model.chosen_components import model_components
     from tercet.model.encoder_runner import EncoderRunner
     from tercet.model.model_runner import ModelRunner
     from tercet.model.tensor_parallel import SINGLE
@@ -91,7 +66,7 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
     from tercet.model.cpu_threads import same_results_at_any_thread_count
     from tercet.model_abilities import ModelAbilities
     from tercet.parallel.tp_group import join_tensor_parallel_group
-    from tercet.scheduler.scheduler import Scheduler
+    from tercet.scheduler.assembly import build_scheduler
     from tercet.tokenizer.loading import load_tokenizer
 
     config = context.config
@@ -101,7 +76,9 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
         # The tokenizer (it decodes output tails to detect stop strings) loads while the weights do.
         tokenizer = ahead.submit(load_tokenizer, config.model.path)
         model_runner = build_model_runner(context, join_tensor_parallel_group(config, port_args, rank, tp_rank))
-        scheduler = Scheduler(context, port_args, model_runner, tokenizer.result(), rank=rank, heartbeat=heartbeat)
+        scheduler = build_scheduler(
+            context, port_args, model_runner, tokenizer.result(), rank=rank, heartbeat=heartbeat
+        )
     weights = model_runner.weights_info
     logging.getLogger(__name__).info(
         "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens (%s MiB)%s",

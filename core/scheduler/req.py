@@ -67,7 +67,8 @@ class Req:
     unsent_logprobs: list[float] = field(default_factory=list)
     unsent_top_logprobs: list[list] = field(default_factory=list)
     prompt_logprobs: TokenLogprobs | None = None
-    # The completion's place in its output constraint (a tercet.scheduler.grammar_backend.GrammarMatcher), if it has one.
+    # The completion's place in its output constraint, if it has one
+    # (a tercet.scheduler.grammar.grammar_backend.GrammarMatcher).
     grammar: object | None = None
 
     @property

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
 from tercet.ipc.messages import FinishKind, FinishReason
-from tercet.scheduler.grammar_backend import GrammarError
-from tercet.scheduler.grammar_masks import constraint_refusal
+from tercet.scheduler.grammar.grammar_backend import GrammarError
+from tercet.scheduler.grammar.grammar_masks import constraint_refusal
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice
 from tercet.scheduler.stop_conditions import StopConditions

@@ -19,15 +19,11 @@ cache), since after one of those no request's KV can be trusted.
 
 from __future__ import annotations
 
-import functools
 import logging
 import secrets
 
-from tercet.config_sections import CacheConfig
-from tercet.containment import ContainedFailures
 from tercet.context_length import context_length_problem
 from tercet.errors import RequestError
-from tercet.ipc.result_routes import ResultRoutes
 from tercet.ipc.control_messages import ControlRequest
 from tercet.ipc.messages import (
     AbortReq,
@@ -37,43 +33,17 @@ from tercet.ipc.messages import (
     TokenizedGenerateReq,
     choice_rid,
 )
-from tercet.metrics.stage_timer import stage_timer
-from tercet.model.cpu_threads import cpu_threads_of
-from tercet.processes.context import ProcessContext
-from tercet.processes.manager_io import ManagerIO
-from tercet.processes.watchdog import StepHeartbeat
 from tercet.sampling_params import MAX_N, SamplingParams
-from tercet.scheduler.admission import Admission
-from tercet.scheduler.contained_policy import ContainedPolicy
-from tercet.scheduler.control import ControlTarget, answer, builtin_control_handlers
-from tercet.scheduler.embeddings import EmbeddingStep, send_embedding_outputs
-from tercet.scheduler.grammars import GrammarCompiler, grammar_tokenizer, num_cores
+from tercet.scheduler.control import answer, builtin_control_handlers
+from tercet.scheduler.embeddings import send_embedding_outputs
 from tercet.scheduler.intake import check_generate_request
-from tercet.scheduler.kv_memory import RequestKVMemory
-from tercet.scheduler.lora_adapters import scheduler_adapters_of
-from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
-from tercet.scheduler.model_step import ModelStep
 from tercet.scheduler.output import send_outputs_contained
-from tercet.scheduler.radix_cache import RadixCache
+from tercet.scheduler.parts import SchedulerParts
 from tercet.scheduler.req import Req
-from tercet.scheduler.request_queues import RequestQueues
-from tercet.scheduler.speculation import speculation_of
-from tercet.scheduler.stop_conditions import StopConditions
-from tercet.scheduler.tensor_parallel_agreement import agreed_outcomes
-from tercet.scheduler.tensor_parallel_inbox import SilentSender, TensorParallelInbox
 
 logger = logging.getLogger(__name__)
-EDGE_FROM_TOKENIZER = "edge 1 (TokenizerManager -> scheduler)"
 # How often an otherwise idle loop looks for a finished grammar compile.
 GRAMMAR_POLL_MS = 2
-
-
-def prefix_cache_of(model_runner, cache: CacheConfig) -> RadixCache | None:
-    """The radix prefix cache, where ``[cache] prefix_cache`` asks for one and the model has a KV pool
-    (an encoder has none to share prefixes of: tercet.model.encoder_runner)."""
-    if not (cache.prefix_cache and model_runner.can_generate):
-        return None
-    return RadixCache(model_runner.page_allocator, model_runner.page_size)
 
 
 def completion_seed(seed: int, index: int) -> int:
@@ -82,91 +52,31 @@ def completion_seed(seed: int, index: int) -> int:
 
 
 class Scheduler:
-    def __init__(self, context: ProcessContext, port_args, model_runner, tokenizer, rank: int = 0,
-                 heartbeat: StepHeartbeat | None = None):
-        config = context.config
-        # Shared with the supervisor, whose watchdog kills a scheduler stuck in a step.
-        self.heartbeat = heartbeat or StepHeartbeat()
-        self.timer = stage_timer(f"scheduler-{rank}", config.server.profile_interval, logger)
-        self.config = config
-        self.rank = rank
-        self.model_runner = model_runner
-        self.tp = model_runner.tp
-        # On the CPU, the threads the model computes with follow the cores other processes leave free.
-        self.cpu_threads = cpu_threads_of(config.model.cpu_threads, model_runner.device)
-        self.failures = ContainedFailures(f"scheduler (rank {rank})", logger)
-        self.kv_memory = RequestKVMemory(model_runner, prefix_cache_of(model_runner, config.cache))
-        self.stop_conditions = StopConditions(model_runner.eos_token_ids, tokenizer)
-        # The one owner of which request is where, and of the counters about them.
-        self.queues = RequestQueues(self.kv_memory)
-        self.admission = Admission(self.queues, self.kv_memory, self._contained_policy(context), config.scheduler)
-        self.grammars = self._grammar_compiler(context, tokenizer)
-        self.model_step = ModelStep(
-            self.queues, self.kv_memory, model_runner, self.timer,
-            stop_conditions=self.stop_conditions, failures=self.failures,
-            grammar_plugin=self.grammars.plugin_name, chunked_prefill_size=config.scheduler.chunked_prefill_size,
-            speculation=speculation_of(context, model_runner, self.failures),
-        )
-        self.embedding_step = EmbeddingStep(
-            model_runner, self.kv_memory, self.queues, self.timer, token_budget=config.scheduler.chunked_prefill_size,
-            max_batch_size=config.scheduler.max_running_requests,
-        )
-        self.adapters = scheduler_adapters_of(context, model_runner, self.adapters_in_use)
-        if self.adapters is not None and self.prefix_cache is not None:
-            self.adapters.on_unload = self.prefix_cache.drop_namespace
-        self.control_target = ControlTarget(
-            rank, self.queues, self.kv_memory, self.grammars, model_runner, self.failures, self.model_step.speculation,
-            self.adapters,
-        )
-        self.io = ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER)
-        self._open_edges(port_args)
+    """Drives its parts, made outside it (:func:`tercet.scheduler.assembly.build_scheduler`): the loop,
+    and the handlers of what arrives on edge 1."""
+
+    def __init__(self, parts: SchedulerParts):
+        self.config = parts.config
+        self.rank = parts.rank
+        self.model_runner = parts.model_runner
+        self.failures = parts.failures
+        self.timer = parts.timer
+        self.heartbeat = parts.heartbeat
+        self.cpu_threads = parts.cpu_threads
+        self.kv_memory = parts.kv_memory
+        self.queues = parts.queues
+        self.admission = parts.admission
+        self.grammars = parts.grammars
+        self.model_step = parts.model_step
+        self.embedding_step = parts.embedding_step
+        self.adapters = parts.adapters
+        self.control_target = parts.control_target
+        self.metrics_reporter = parts.metrics_reporter
+        edges = parts.edges
+        self.io, self.receiver, self.inbox = edges.io, edges.receiver, edges.inbox
+        self.sender_to_detokenizer, self.sender_to_tokenizer = edges.sender_to_detokenizer, edges.sender_to_tokenizer
         self.io.set_handlers(self._message_handlers())
         self.waiting_is_stuck = False
-        # The rank's figures for /metrics, sent between steps without being asked.
-        self.metrics_reporter = RankMetricsReporter(
-            lambda: report_of(self.control_target.stats(), self.prefix_cache is not None),
-            self.sender_to_tokenizer.send_to_all, self.failures,
-        )
-
-    def _contained_policy(self, context: ProcessContext) -> ContainedPolicy:
-        """The policy ``[scheduler] policy`` chooses, bypassed for a step when it fails."""
-        return ContainedPolicy(
-            context.chosen("scheduling_policies")(context.config),
-            plugin_name=context.chosen_plugin_name("scheduling_policies"),
-            failures=self.failures,
-        )
-
-    def _grammar_compiler(self, context: ProcessContext, tokenizer) -> GrammarCompiler:
-        """Compiles output constraints with the backend ``[grammar] backend`` chooses."""
-        backend = context.chosen("grammar_backends")
-        config = context.config.grammar
-        return GrammarCompiler(
-            lambda: backend(grammar_tokenizer(tokenizer, self.model_runner)),
-            config.cache_size,
-            plugin_name=context.chosen_plugin_name("grammar_backends"),
-            num_workers=config.compile_workers or num_cores(),
-            compile_timeout=config.compile_timeout,
-            allow_extra_properties=config.allow_extra_properties,
-            # Tensor-parallel ranks must admit a constrained request at the same step.
-            agree=functools.partial(agreed_outcomes, self.tp),
-        )
-
-    def _open_edges(self, port_args) -> None:
-        """The rank's three edges: its input, and its senders to the detokenizer and the TokenizerManager."""
-        self.inbox = None
-        if self.tp.rank == 0:
-            self.receiver = self.io.open_receiver(port_args.scheduler_inputs[self.rank], self.failures)
-            self.sender_to_detokenizer = self.io.open_sender(port_args.detokenizer_input)
-            # Control replies go straight back to the API worker that asked; figures to every worker.
-            self.sender_to_tokenizer = ResultRoutes(self.io.open_sender, port_args.tokenizer_inputs)
-        else:
-            # A tensor-parallel peer: rank 0 receives and answers for the group.
-            self.io.failures = self.failures
-            self.receiver = None
-            self.sender_to_detokenizer = SilentSender()
-            self.sender_to_tokenizer = ResultRoutes(lambda endpoint: SilentSender(), port_args.tokenizer_inputs[:1])
-        if self.tp.enabled:
-            self.inbox = TensorParallelInbox(self.tp, self.receiver)
 
     def _message_handlers(self) -> list[tuple[type, object]]:
         control_handlers = [
@@ -182,19 +92,19 @@ class Scheduler:
               else (message_type, handler) for message_type, handler in control_handlers],
         ]
 
-    def adapters_in_use(self) -> set[str | None]:
-        """The LoRA adapters of every request the rank holds: waiting, running or compiling its grammar."""
-        queues = self.queues
-        held = [*queues.running, *(req for leader in queues.waiting for req in leader.group),
-                *(req for entry in self.grammars.pending for req in entry.group)]
-        return {req.lora_name for req in held}
+    @property
+    def stop_conditions(self):
+        """When a request ends: EOS, stop tokens and strings, lengths (the model step checks them)."""
+        return self.model_step.stop_conditions
 
     @property
-    def prefix_cache(self) -> RadixCache | None:
+    def prefix_cache(self):
+        """The radix prefix cache (:class:`tercet.scheduler.radix_cache.RadixCache`); None when off."""
         return self.kv_memory.prefix_cache
 
     @property
-    def policy(self) -> ContainedPolicy:
+    def policy(self):
+        """The scheduling policy, contained (:class:`tercet.scheduler.contained_policy.ContainedPolicy`)."""
         return self.admission.policy
 
     # -- the loop ---------------------------------------------------------

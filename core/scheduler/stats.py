@@ -41,7 +41,7 @@ class SchedulerStats:
     queue_time: dict = field(default_factory=dict)
     prefill_time: dict = field(default_factory=dict)
     decode_time: dict = field(default_factory=dict)
-    # Speculative decoding's figures (tercet.scheduler.speculation.SpeculationStats.as_dict);
+    # Speculative decoding's figures (tercet.scheduler.speculative.speculation.SpeculationStats.as_dict);
     # empty when no proposer is configured.
     speculation: dict = field(default_factory=dict)
     # LoRA adapters: generate requests received per adapter name, and adapters whose weights are held.

@@ -18,7 +18,7 @@ error, which rank 0 sends.
 from __future__ import annotations
 
 from tercet.model.tensor_parallel import TensorParallel
-from tercet.scheduler.grammars import Outcome
+from tercet.scheduler.grammar.compiler import Outcome
 
 
 def agreed_outcomes(tp: TensorParallel, settled: dict[str, Outcome]) -> dict[str, Outcome]:

@@ -4,7 +4,9 @@ The fixtures come with tercet through its ``pytest11`` entry point (see
 :mod:`tercet.testing.pytest_plugin`); a plugin's tests use them by name. The
 helpers can be imported from here:
 
-- :func:`make_request_view`: a request as a scheduling policy receives it;
+- :func:`make_request_view`, :func:`cache_holding`: a request, and a prefix cache, as a scheduling
+  policy receives them;
+- :class:`Ping`: a message type of a third party's, for tests of message plugins and dispatch;
 - :func:`build_scheduler_harness` / :class:`SchedulerHarness`: a real Scheduler in-process;
 - :func:`model_runner_for`, :func:`encoder_runner_for`, :func:`installed_model_components`:
   a model runner alone, with the installed plugins' parts;
@@ -28,6 +30,8 @@ import importlib
 # run wherever tercet is installed, and most runs need none of it.
 _MODULE_OF = {
     "make_request_view": "request_views",
+    "cache_holding": "request_views",
+    "Ping": "ping_message",
     "build_scheduler_harness": "scheduler_harness",
     "SchedulerHarness": "scheduler_harness",
     "model_runner_for": "runner_factory",

@@ -23,9 +23,9 @@ def rows_with_pages(runner, lengths: list[int], page_size: int) -> list[int]:
 def hidden_and_cache(runner, batch, one_call: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The step's hidden states and the K/V buffers it wrote, run in one call or layer by layer."""
     model = runner.model
-    saved = model.native_layers
+    saved = model.layer_runner  # a NativeLayers: the one call, and the runner it falls back on
     if not one_call:
-        model.native_layers = None
+        model.layer_runner = getattr(saved, "layer_by_layer", saved)
     buffers = (*runner.kv_cache.k_buffers, *runner.kv_cache.v_buffers)
     caches = [buffer.clone() for buffer in buffers]
     try:
@@ -35,7 +35,7 @@ def hidden_and_cache(runner, batch, one_call: bool) -> tuple[torch.Tensor, list[
                 hidden = model.hidden_states(batch).clone()
         written = [buffer.clone() for buffer in buffers]
     finally:
-        model.native_layers = saved
+        model.layer_runner = saved
         for buffer, before in zip(buffers, caches):
             buffer.copy_(before)
     return hidden, written

@@ -1,20 +1,25 @@
-"""Requests as a scheduling policy receives them, built without a scheduler.
+"""Requests, and the prefix cache, as a scheduling policy receives them, built without a scheduler.
 
 A policy's ``order`` and ``choose_preemption_victim`` get read-only
 :class:`~tercet.plugin_api.RequestView`\\ s; :func:`make_request_view` makes one
 from the few fields a policy test cares about, so the test exercises the
-policy against exactly what the scheduler would hand it.
+policy against exactly what the scheduler would hand it. A policy that reads the
+prefix cache (``SchedulerView.prefix_cache``) gets one from :func:`cache_holding`.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from tercet.model.kv_cache import PageAllocator
 from tercet.sampling_params import SamplingParams
 from tercet.scheduler.policy_views import RequestView
+from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.req import Req
 
 DEFAULT_PROMPT = (1, 2, 3)
+CACHE_PAGE_SIZE = 2
+CACHE_PAGES = 64
 
 
 def make_request_view(
@@ -41,3 +46,11 @@ def make_request_view(
     req = Req(rid, list(input_ids), sampling_params, arrival_index, priority=priority, tenant=tenant,
               output_ids=list(output_ids))
     return RequestView(req)
+
+
+def cache_holding(*prompts: Sequence[int], page_size: int = CACHE_PAGE_SIZE) -> RadixCache:
+    """A prefix cache holding each prompt's whole pages (a prompt's tokens, in pages of ``page_size``)."""
+    cache = RadixCache(PageAllocator(CACHE_PAGES), page_size)
+    for prompt in prompts:
+        cache.insert(prompt, cache.page_allocator.alloc(len(prompt) // page_size))
+    return cache

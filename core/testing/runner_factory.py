@@ -17,12 +17,12 @@ import dataclasses
 from pathlib import Path
 
 from tercet.config_sections import AttentionConfig, CacheConfig, ModelConfig, SchedulerConfig, TercetConfig
+from tercet.model.chosen_components import model_components
 from tercet.model.components import ModelComponents
 from tercet.model.encoder_runner import EncoderRunner
 from tercet.model.model_runner import ModelRunner
 from tercet.model.tensor_parallel import SINGLE, TensorParallel
 from tercet.processes.context import ProcessContext
-from tercet.scheduler.process import model_components
 
 CACHE_KEYS = frozenset(field.name for field in dataclasses.fields(CacheConfig))
 

@@ -6,8 +6,9 @@ the scheduler's loop one step at a time (``step``, ``run_until_finished``) and
 reads what the scheduler sent the detokenizer, and the replies to control
 requests (``control``). Everything else is the real thing: the config is
 resolved as ``tercet serve`` resolves it, plugins come from the entry points
-(plus any passed in), and the model runner is built from the config as a
-scheduler process builds it, so a policy, serializer, transport, attention
+(plus any passed in), and the model runner and the scheduler are built from the
+config as a scheduler process builds them (``build_model_runner``,
+:func:`tercet.scheduler.assembly.build_scheduler`), so a policy, serializer, transport, attention
 backend, linear method, grammar backend or message handler chosen in
 ``settings`` is the one that runs.
 """
@@ -39,8 +40,8 @@ def build_scheduler_harness(
     from tercet.ipc.port_args import PortArgs
     from tercet.plugin_host.manager import create_plugin_manager
     from tercet.processes.context import ProcessContext
+    from tercet.scheduler.assembly import build_scheduler
     from tercet.scheduler.process import build_model_runner
-    from tercet.scheduler.scheduler import Scheduler
     from tercet.tokenizer.loading import load_tokenizer
 
     config = load_config(environ={}, overrides=parse_set_options([
@@ -55,7 +56,7 @@ def build_scheduler_harness(
     # The test's ends of the scheduler's edges: both bound before the scheduler connects.
     outputs = MessageReceiver(zmq_context, port_args.detokenizer_input, context.create_serializer())
     replies = MessageReceiver(zmq_context, port_args.tokenizer_input, context.create_serializer())
-    scheduler = Scheduler(context, port_args, build_model_runner(context), load_tokenizer(model_dir))
+    scheduler = build_scheduler(context, port_args, build_model_runner(context), load_tokenizer(model_dir))
     to_scheduler = MessageSender(zmq_context, port_args.scheduler_input, context.create_serializer())
     return SchedulerHarness(scheduler, to_scheduler, outputs, replies, port_args)
 

@@ -3,7 +3,7 @@
 ``choice`` is "none" (tools shown, answer not searched), "auto" (the parser
 finds calls), "required" or "function" (a forced call, kept by the grammar
 backend to :meth:`ToolRequest.forced_call_schema`). The HTTP layer parses it
-from the body (:mod:`tercet.http.tool_request`).
+from the body (:mod:`tercet.http.openai.tool_request`).
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class FakeTokenizerManager:
 def route_client(tokenizer_manager):
     from starlette.testclient import TestClient
 
-    from tercet.http.app import create_app
+    from tercet.http.server.app import create_app
 
     # The app serves every installed plugin's routes, this one's among them.
     # localhost: the app refuses names that are not the server's, TestClient's own "testserver" too.

@@ -2,8 +2,6 @@
 test plays the scheduler (PUSH to the detokenizer) and the TokenizerManager
 (PULL bound on its input), and drives the manager's dispatcher by hand."""
 
-from dataclasses import dataclass
-
 import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
@@ -23,14 +21,10 @@ from tercet.ipc.port_args import PortArgs
 from tercet.plugin_host.hookspecs import hookimpl
 from tercet.plugin_host.manager import create_plugin_manager, register_entry_points
 from tercet.processes.context import ProcessContext
+from tercet.testing import Ping
 
 STRATEGIES = ["incremental", "decode_stream"]
 TRICKY_CHARACTERS = "日本語中文🙂🚀\ufffd"
-
-
-@dataclass(frozen=True)
-class Ping:
-    text: str
 
 
 class PingPlugin:

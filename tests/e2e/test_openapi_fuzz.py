@@ -62,7 +62,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import negative_data_rejection
 
-from tercet.http import openapi
+from tercet.http.openapi import openapi_document as openapi
 from tercet.testing import TINY_SETTINGS
 
 FUZZ_MAX_TOKENS = 64

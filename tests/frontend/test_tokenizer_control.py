@@ -1,4 +1,4 @@
-"""The TokenizerManager's control plane, on a stand-in with its router, failure counts and identity."""
+"""The TokenizerManager's control plane, built over a stand-in router, with its failure counts and identity."""
 
 from __future__ import annotations
 
@@ -23,43 +23,40 @@ class TwoRanks:
         self.sent.append(message)
 
 
-class StandIn(ControlPlane):
-    def __init__(self, worker: ApiWorker):
-        self.router = TwoRanks()
-        self.worker = worker
-        self.worker_pids = {1: 101, 2: 102}
-        self.communicators = {}
-        self.failures = ContainedFailures("server")
-        self.detokenizer_failures = ContainedFailures("detokenizer")
+def control_plane(worker: ApiWorker) -> ControlPlane:
+    """The control plane of API worker ``worker`` over two ranks (no metrics: nothing reports figures here)."""
+    plane = ControlPlane(TwoRanks(), worker, metrics=None, failures=ContainedFailures("server"))
+    plane.worker_pids = {1: 101, 2: 102}
+    return plane
 
 
 def test_a_control_request_reaches_every_rank_tagged_and_returns_the_replies_by_rank():
-    manager = StandIn(ApiWorker(2, 2))
+    plane = control_plane(ApiWorker(2, 2))
 
     async def flush_with_replies_out_of_order() -> list[ControlReply]:
-        call = asyncio.ensure_future(manager.control(FlushCacheReq, timeout=30))
-        while not manager.router.sent:
+        call = asyncio.ensure_future(plane.control(FlushCacheReq, timeout=30))
+        while not plane.router.sent:
             await asyncio.sleep(0)
         for rank in (1, 0):
-            manager.handle_control_reply(ControlReply(manager.router.sent[0].request_id, rank, ok=True))
+            plane.handle_control_reply(ControlReply(plane.router.sent[0].request_id, rank, ok=True))
         return await call
 
     assert [reply.rank for reply in asyncio.run(flush_with_replies_out_of_order())] == [0, 1]
-    [request] = manager.router.sent
+    [request] = plane.router.sent
     assert isinstance(request, FlushCacheReq) and request.request_id.startswith("w2:")
-    assert list(manager.communicators) == [FlushCacheReq]
+    assert list(plane.communicators) == [FlushCacheReq]
 
 
 def test_the_detokenizers_failures_are_counted_and_a_stranger_is_an_unhandled_message(caplog):
-    manager = StandIn(ApiWorker())
-    manager.handle_contained_failure_report(ContainedFailureReport("detokenizer", "strategy", "some_plugin"))
-    manager.handle_contained_failure_report(ContainedFailureReport("elsewhere", "strategy"))
-    counts = manager.contained_failures()
+    plane = control_plane(ApiWorker())
+    plane.handle_contained_failure_report(ContainedFailureReport("detokenizer", "strategy", "some_plugin"))
+    plane.handle_contained_failure_report(ContainedFailureReport("elsewhere", "strategy"))
+    counts = plane.contained_failures()
     assert counts["detokenizer"]["by_plugin"] == {"some_plugin": 1}
     assert counts["server"]["by_kind"] == {"unhandled_message": 1}
     assert "unknown component 'elsewhere'" in caplog.text
 
 
 def test_the_api_workers_are_listed_in_order_naming_this_one():
-    assert StandIn(ApiWorker(2, 2)).api_workers() == [
+    assert control_plane(ApiWorker(2, 2)).api_workers() == [
         {"worker": 1, "pid": 101, "is_this_one": False}, {"worker": 2, "pid": 102, "is_this_one": True}]

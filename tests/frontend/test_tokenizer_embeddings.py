@@ -51,8 +51,8 @@ def test_results_come_in_input_order_whatever_order_they_arrive_in(manager):
         embedding = asyncio.ensure_future(manager.embed(EmbeddingRequest(["a", "b", "c"], is_list=True, rid="e")))
         rids = await sent_rids(manager, 3)
         assert rids == ["e#0", "e#1", "e#2"]
-        manager.handle_batch_embedding_output(answer(["e#2", "e#0"]))
-        manager.handle_batch_embedding_output(answer(["e#1"]))
+        manager.embeddings.handle_batch_embedding_output(answer(["e#2", "e#0"]))
+        manager.embeddings.handle_batch_embedding_output(answer(["e#1"]))
         return await embedding
 
     outputs = asyncio.run(scenario())
@@ -65,7 +65,7 @@ def test_a_refused_input_of_a_list_refuses_the_request_naming_its_position(manag
         embedding = asyncio.ensure_future(manager.embed(EmbeddingRequest(["a", "b"], is_list=True, rid="e")))
         await sent_rids(manager, 2)
         too_long = FinishReason("abort", message="too long", status_code=400, param="input")
-        manager.handle_batch_embedding_output(answer(["e#0", "e#1"], [None, too_long]))
+        manager.embeddings.handle_batch_embedding_output(answer(["e#0", "e#1"], [None, too_long]))
         return await embedding
 
     with pytest.raises(RequestError) as refused:
@@ -74,12 +74,12 @@ def test_a_refused_input_of_a_list_refuses_the_request_naming_its_position(manag
 
 
 def test_texts_get_the_models_special_tokens_and_too_long_or_empty_is_refused_before_sending(manager):
-    assert manager.tokenize_embedding_input("Hello, World!", "input") == [101, 7592, 1010, 2088, 999, 102]
-    assert manager.tokenize_embedding_input([7592, 2088], "input") == [7592, 2088]
+    assert manager.embeddings.tokenize_input("Hello, World!", "input") == [101, 7592, 1010, 2088, 999, 102]
+    assert manager.embeddings.tokenize_input([7592, 2088], "input") == [7592, 2088]
     with pytest.raises(RequestError, match="input\\[2\\] has 602 tokens, more than this model's maximum input of 512"):
         asyncio.run(manager.embed(EmbeddingRequest(["a", "b", "word " * 600], is_list=True)))
     with pytest.raises(RequestError, match="input is empty"):
-        manager.tokenize_embedding_input("", "input")
+        manager.embeddings.tokenize_input("", "input")
     assert manager.rid_to_state == {}
 
 
@@ -90,7 +90,7 @@ def test_a_caller_that_leaves_frees_its_inputs(manager):
         embedding.cancel()
         with pytest.raises(asyncio.CancelledError):
             await embedding
-        manager.handle_batch_embedding_output(answer(["gone"]))  # a late result is dropped
+        manager.embeddings.handle_batch_embedding_output(answer(["gone"]))  # a late result is dropped
 
     asyncio.run(scenario())
     assert manager.rid_to_state == {} and manager.rank_of_rid == {}

@@ -193,7 +193,7 @@ def test_the_chat_prompt_is_the_template_tokenized(manager):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi < there"}]
     expected = manager.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     expected = list(getattr(expected, "input_ids", expected))
-    assert manager.apply_chat_template(messages) == expected
+    assert manager.prompts.apply_chat_template(messages) == expected
     assert asyncio.run(manager.tokenize_chat(messages)) == expected
 
 
@@ -327,3 +327,10 @@ def test_a_failing_metrics_observation_loses_no_output(manager, monkeypatch):
     output = asyncio.run(scenario())
     assert (output.text, output.finish_reason.kind) == ("Hi", "length")
     assert manager.failures.counts[("metrics", None)] == 1
+
+
+def test_the_worker_pids_an_api_worker_is_told_are_what_it_lists(manager):
+    # As tercet.http's API worker does once the main process tells it every worker's process id.
+    manager.worker_pids = {1: 101, 2: 102}
+    assert manager.api_workers() == [
+        {"worker": 1, "pid": 101, "is_this_one": True}, {"worker": 2, "pid": 102, "is_this_one": False}]

@@ -14,8 +14,8 @@ from tercet.containment import ContainedFailures
 from tercet.formats.pooling_spec import Pooling
 from tercet.frontend.chat_tools import ChatTools
 from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
-from tercet.http.app import create_app
-from tercet.http.plugin_routes import installed_route_registrations
+from tercet.http.server.app import create_app
+from tercet.http.server.plugin_routes import installed_route_registrations
 from tercet.ipc.control_messages import ControlReply
 from tercet.ipc.messages import FinishReason, TokenLogprobs
 from tercet.model_abilities import ModelAbilities

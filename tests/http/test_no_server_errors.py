@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from loose_bodies import Schemas, broken_at, places, shaped
 from starlette.testclient import TestClient
 
-from tercet.http import openapi
-from tercet.http.app import create_app
+from tercet.http.openapi import openapi_document as openapi
+from tercet.http.server.app import create_app
 
 DOCUMENT = openapi.build_document(vocab_size=StandInTokenizerManager.vocab_size)
 SCHEMAS = Schemas(DOCUMENT["components"]["schemas"])

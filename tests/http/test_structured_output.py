@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tercet.errors import RequestError
-from tercet.http.native_request import parse_generate_request
-from tercet.http.openai_request import parse_chat_completion_request, parse_completion_request
+from tercet.http.native.native_request import parse_generate_request
+from tercet.http.openai.openai_request import parse_chat_completion_request, parse_completion_request
 from tercet.http.structured_output import ANY_JSON_OBJECT
 
 MODEL = "served-model"

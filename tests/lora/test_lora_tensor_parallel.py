@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import multiprocessing
-import socket
 
 import torch
 
 from tercet.model.tensor_parallel import TensorParallel
 from tercet.plugins.torch_lora_backend import TorchLoraBackend
+from tercet.testing import free_port
 from tercet.testing.paged_greedy import PagedGreedyDriver
 from tercet.testing.runner_factory import model_runner_for
 
@@ -47,9 +47,7 @@ def test_tp2_with_an_adapter_gives_the_output_of_tp1(tiny_llama_dir, tiny_adapte
     expected = greedy_with_adapters(model_runner_for(tiny_llama_dir, **OPTIONS), tiny_adapters["every"])
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     ranks = [context.Process(target=lora_rank, args=(rank, 2, port, str(tiny_llama_dir), tiny_adapters["every"],
                                                      results)) for rank in range(2)]
     for process in ranks:

@@ -58,9 +58,9 @@ def _step(runner, prefixes, new_lengths, adapters, seed, page=PAGE):
                 runner.model.hidden_states(warm)
         tokens = [torch.randint(0, 1000, (new,), generator=generator).tolist() for new in new_lengths]
         batch = runner.build_batch(rows, prefixes, tokens, adapters)
-        before = runner.model.native_layers.adapter_steps
+        before = runner.model.layer_runner.adapter_steps
         one_call = _hidden(runner, batch, one_call=True)
-        assert runner.model.native_layers.adapter_steps == before + 1, "the adapter step left the one call"
+        assert runner.model.layer_runner.adapter_steps == before + 1, "the adapter step left the one call"
         by_layer = _hidden(runner, batch, one_call=False)
         base = _hidden(runner, runner.build_batch(rows, prefixes, tokens), one_call=True)
         return one_call, by_layer, base
@@ -99,7 +99,7 @@ def test_a_backend_the_runner_does_not_compute_like_runs_layer_by_layer(tiny_lla
     runner.attach_lora(Other(), max_rank=8).load("every", tiny_adapters["every"])
     batch = runner.build_batch(rows_with_pages(runner, [5], PAGE), [0], [[1, 2, 3, 4, 5]], ["every"])
     _hidden(runner, batch, one_call=True)
-    assert runner.model.native_layers.adapter_steps == 0
+    assert runner.model.layer_runner.adapter_steps == 0
 
 
 @pytest.mark.real_model

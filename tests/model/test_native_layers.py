@@ -43,7 +43,7 @@ def _step_over_cached_prefixes(runner, rows, prefixes, new_lengths, generator):
 
 
 def test_the_default_cpu_model_runs_its_layers_in_one_call(runner):
-    assert isinstance(runner.model.native_layers, NativeLayers)
+    assert isinstance(runner.model.layer_runner, NativeLayers)
 
 
 @pytest.mark.parametrize("prefixes, new_lengths", [
@@ -72,11 +72,11 @@ def test_float32_with_4_bit_layers_runs_in_one_call_on_the_block_kernel_only(tin
     # off, or where the block kernel does not run) are no C functions: no one call.
     runner = model_runner_for(tiny_llama_dir, dtype="float32", quantization="q4_1", native_kernels=native_kernels,
                               max_total_tokens=64, page_size=PAGE, max_running_requests=1)
-    layers = runner.model.native_layers
+    layers = runner.model.layer_runner
     if native_kernels and load_block_matmul() is not None:
         assert isinstance(layers, NativeLayers) and not layers.adds_adapters and layers.takes(4096)
     else:
-        assert layers is None
+        assert not isinstance(layers, NativeLayers)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def float32_runner(tiny_llama_dir):
 
 
 def test_a_float32_model_runs_steps_of_up_to_16_tokens_in_one_call(float32_runner):
-    layers = float32_runner.model.native_layers
+    layers = float32_runner.model.layer_runner
     assert isinstance(layers, NativeLayers) and not layers.adds_adapters
     assert layers.takes(16) and not layers.takes(17)
 
@@ -96,7 +96,7 @@ def test_a_float32_model_runs_steps_of_up_to_16_tokens_in_one_call(float32_runne
 def test_float32_without_native_kernels_runs_layer_by_layer(tiny_llama_dir):
     runner = model_runner_for(tiny_llama_dir, dtype="float32", native_kernels=False, max_total_tokens=64,
                               page_size=PAGE, max_running_requests=1)
-    assert runner.model.native_layers is None
+    assert not isinstance(runner.model.layer_runner, NativeLayers)
 
 
 @pytest.mark.parametrize("prefixes, new_lengths", [
@@ -110,9 +110,9 @@ def test_float32_one_call_is_within_float32_rounding_of_the_layers_one_by_one(fl
     rows = rows_with_pages(runner, [prefix + new for prefix, new in zip(prefixes, new_lengths)], PAGE)
     try:
         batch = _step_over_cached_prefixes(runner, rows, prefixes, new_lengths, generator)
-        steps = runner.model.native_layers.steps
+        steps = runner.model.layer_runner.steps
         one_call, one_call_cache = hidden_and_cache(runner, batch, one_call=True)
-        assert runner.model.native_layers.steps == steps + 1
+        assert runner.model.layer_runner.steps == steps + 1
         by_layer, by_layer_cache = hidden_and_cache(runner, batch, one_call=False)
         # The norms, SiLU and rotary round as float32 does, in another order than torch's: a few
         # float32 roundings of each value apart after every layer.
@@ -129,8 +129,8 @@ def test_a_float32_step_of_more_than_16_tokens_runs_layer_by_layer(float32_runne
     rows = rows_with_pages(runner, [17], PAGE)
     try:
         batch = runner.build_batch(rows, [0], [list(range(100, 117))])
-        steps = runner.model.native_layers.steps
+        steps = runner.model.layer_runner.steps
         hidden_and_cache(runner, batch, one_call=True)
-        assert runner.model.native_layers.steps == steps
+        assert runner.model.layer_runner.steps == steps
     finally:
         runner.req_to_token_pool.free(rows[0])

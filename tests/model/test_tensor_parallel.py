@@ -4,7 +4,6 @@ float32 greedy output with tp_size=2 equals tp_size=1 token for token."""
 from __future__ import annotations
 
 import multiprocessing
-import socket
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from tercet.errors import ConfigError
 from tercet.formats.gguf_blocks import BlockQuantized, quantize_blocks
 from tercet.model.llama import LlamaShape
 from tercet.model.tensor_parallel import LlamaShards, TensorParallel
+from tercet.testing import free_port
 from tercet.testing.runner_factory import model_runner_for
 from tercet.testing.paged_greedy import greedy_tokens
 
@@ -74,12 +74,6 @@ def test_quantized_weights_split_on_block_boundaries_or_refuse():
     assert padded.shape == (4, 32)
     with pytest.raises(ConfigError, match="more than"):
         shards(0, 5)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def tensor_parallel_rank(rank, size, port, model_path, runner_options, results):

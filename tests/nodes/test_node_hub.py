@@ -2,7 +2,6 @@ import socket
 import time
 
 import pytest
-from test_node_link import free_port
 
 from tercet.nodes import hub as hub_module
 from tercet.nodes.address import DistInitAddr
@@ -10,6 +9,7 @@ from tercet.nodes.handshake import connect_and_prove
 from tercet.nodes.hub import MAX_JOINING, MAX_JOINING_PER_ADDRESS, NodeHub
 from tercet.parallel.topology import Topology
 from tercet.processes.supervisor import ChildFailed, ChildSupervisor
+from tercet.testing import free_port
 
 DESCRIPTION = {"scheduler.max_running_requests": "8", "server.api_key": "hmac-sha256:5eed", "checkpoint size": 100}
 SECRET = "0123456789abcdef0123"

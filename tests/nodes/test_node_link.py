@@ -1,4 +1,3 @@
-import socket
 import threading
 import time
 
@@ -6,6 +5,7 @@ import pytest
 
 from tercet.nodes.address import DistInitAddr
 from tercet.nodes.link import NodeLink, NodeLinkError, connect_to_node_zero, listen_for_nodes
+from tercet.testing import free_port
 
 
 def linked_pair() -> tuple[NodeLink, NodeLink]:
@@ -17,12 +17,6 @@ def linked_pair() -> tuple[NodeLink, NodeLink]:
     finally:
         listener.close()
     return node, NodeLink(accepted)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_messages_cross_in_order_and_a_close_reads_as_none():

@@ -7,7 +7,7 @@ import pytest
 from tercet.formats.default_model import find_default_gguf
 from tercet.plugins.llguidance_grammar.backend import LlguidanceBackend
 from tercet.reasoning.parser import ReasoningFrame
-from tercet.scheduler.grammar_backend import GrammarError, GrammarTokenizer
+from tercet.scheduler.grammar.grammar_backend import GrammarError, GrammarTokenizer
 from tercet.tokenizer.loading import load_tokenizer
 
 THINK = ReasoningFrame("<think>", "</think>")

@@ -1,23 +1,13 @@
 from tercet.config import TercetConfig
-from tercet.model.kv_cache import PageAllocator
 from tercet.plugins.dfs_weight_policy import DepthFirstByWeight
 from tercet.scheduler.policy import SchedulerView
-from tercet.scheduler.radix_cache import RadixCache
-from tercet.testing import make_request_view
+from tercet.testing import cache_holding, make_request_view
 
-PAGE_SIZE = 2
 SHARED = [1, 2, 3, 4]
 BRANCH_X = SHARED + [5, 6, 5, 6]
 BRANCH_Y = SHARED + [7, 8, 7, 8]
 OTHER = [20, 21, 22, 23]
-
-
-def cache_holding(*prompts):
-    # With these three prompts the tree is: root -> SHARED -> {x, y}, and root -> OTHER.
-    cache = RadixCache(PageAllocator(64), PAGE_SIZE)
-    for prompt in prompts:
-        cache.insert(prompt, cache.page_allocator.alloc(len(prompt) // PAGE_SIZE))
-    return cache
+# Holding BRANCH_X, BRANCH_Y and OTHER, the cache's tree is: root -> SHARED -> {x, y}, and root -> OTHER.
 
 
 def order(waiting, prefix_cache):

@@ -8,7 +8,7 @@ import torch
 from tercet.formats.default_model import find_default_gguf
 from tercet.model.token_bitmask import allowed_tokens, new_bitmask
 from tercet.plugins.llguidance_grammar.backend import LlguidanceBackend
-from tercet.scheduler.grammar_backend import GrammarError, GrammarTokenizer
+from tercet.scheduler.grammar.grammar_backend import GrammarError, GrammarTokenizer
 from tercet.tokenizer.loading import load_tokenizer
 
 EOS = 2

@@ -1,18 +1,8 @@
 from tercet.config import TercetConfig
-from tercet.model.kv_cache import PageAllocator
 from tercet.plugins.lpm_policy import LongestPrefixMatch
 from tercet.scheduler.policy import SchedulerView
-from tercet.scheduler.radix_cache import RadixCache
-from tercet.testing import make_request_view
+from tercet.testing import cache_holding, make_request_view
 
-PAGE_SIZE = 2
-
-
-def cache_holding(*prompts):
-    cache = RadixCache(PageAllocator(64), PAGE_SIZE)
-    for prompt in prompts:
-        cache.insert(prompt, cache.page_allocator.alloc(len(prompt) // PAGE_SIZE))
-    return cache
 
 
 def order(waiting, prefix_cache):

@@ -15,11 +15,7 @@ from tercet.plugin_host.hookspecs import hookimpl
 from tercet.plugin_host.manager import create_plugin_manager
 from tercet.processes.context import ProcessContext
 from tercet.processes.manager_io import ManagerIO
-
-
-@dataclass(frozen=True)
-class Ping:
-    text: str
+from tercet.testing import Ping
 
 
 @dataclass(frozen=True)

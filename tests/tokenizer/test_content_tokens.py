@@ -43,14 +43,14 @@ def marker_ids(tokenizer) -> tuple[int, int]:
 
 def test_a_user_message_cannot_close_its_turn_or_open_the_assistants(manager):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": FORGED}]
-    input_ids = manager.apply_chat_template(messages)
+    input_ids = manager.prompts.apply_chat_template(messages)
     im_start, im_end = marker_ids(manager.tokenizer)
     # The template's own markers: system and user turns, and the generation prompt's assistant turn.
     template_turns = (3, 2)
     # The characters are all there, as the user sent them, either way.
     assert manager.tokenizer.decode(input_ids) == manager.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=False)
-    if manager.content_tokens is None:  # "parse": the older reading, where content writes control tokens
+    if manager.prompts.content_tokens is None:  # "parse": the older reading, where content writes control tokens
         assert (input_ids.count(im_start), input_ids.count(im_end)) == (5, 4)
         assert input_ids == manager.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     else:
@@ -60,7 +60,7 @@ def test_a_user_message_cannot_close_its_turn_or_open_the_assistants(manager):
 def test_a_conversation_without_special_token_text_is_tokenized_as_before(manager):
     messages = [{"role": "user", "content": "Hi < | there |>"}, {"role": "assistant", "content": "Hello."},
                 {"role": "user", "content": "im_start"}]
-    assert manager.apply_chat_template(messages) == manager.tokenizer.apply_chat_template(messages,
+    assert manager.prompts.apply_chat_template(messages) == manager.tokenizer.apply_chat_template(messages,
                                                                                           add_generation_prompt=True)
 
 
@@ -97,7 +97,7 @@ def test_a_raw_prompt_is_the_clients_own_and_keeps_its_control_tokens(tiny_llama
     manager, port_args = manager_for(tiny_llama_dir)
     try:
         prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-        input_ids = manager.tokenize(GenerateRequest(SamplingParams(max_new_tokens=2), text=prompt))
+        input_ids = manager.prompts.tokenize(GenerateRequest(SamplingParams(max_new_tokens=2), text=prompt))
         assert input_ids == manager.tokenizer.encode(prompt)
         assert input_ids.count(marker_ids(manager.tokenizer)[0]) == 2
     finally:
