@@ -15,6 +15,7 @@ first, so that a difference is the kernel's, not the driver's.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import subprocess
 from pathlib import Path
@@ -80,7 +81,6 @@ def _on_x86(t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: i
 
 
 def _pointer(tensor: torch.Tensor):
-    import ctypes
     return ctypes.cast(tensor.data_ptr(), ctypes.POINTER(ctypes.c_int64))
 
 
