@@ -182,7 +182,7 @@ def run_system(system: str, concurrencies: list[int], arguments: argparse.Namesp
         wait_until_healthy(base_url, process)
         figures["server"] = {"startup_s": time.monotonic() - started, "idle_pss_bytes": session_pss(process.pid)}
         for concurrency in concurrencies:
-            num_prompts = max(8, arguments.prompts_per_slot * concurrency)
+            num_prompts = max(arguments.min_prompts, arguments.prompts_per_slot * concurrency)
             print(f"[table] {name}: concurrency {concurrency}, {num_prompts} requests", file=sys.stderr)
             with PeakPss(process.pid) as pss:
                 row = bench(base_url, concurrency, num_prompts, arguments.input_len, arguments.output_len,
@@ -204,7 +204,9 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--prompts-per-slot", type=int, default=2,
-                        help="requests per concurrency slot (at least 8 per run)")
+                        help="requests per concurrency slot (at least --min-prompts per run)")
+    parser.add_argument("--min-prompts", type=int, default=8,
+                        help="the fewest requests a run sends (fewer for long prompts at c=1)")
     parser.add_argument("--json-out", type=Path, required=True)
     parser.add_argument("--no-ignore-eos", action="append", default=[], metavar="NAME",
                         help="a system that rejects ignore_eos (transformers serve): its requests may end at EOS")

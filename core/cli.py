@@ -1,4 +1,4 @@
-"""The ``tercet`` command: serve, config show, plugins, plugin new, bench, bench-offline, bench-ipc."""
+"""The ``tercet`` command: serve, config show, plugins, plugin new, bench, bench-offline, bench-ipc, profile."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tercet.config_display import config_as_toml
 from tercet.errors import TercetError
 from tercet.formats.default_model import resolve_model_path
 from tercet.formats.weight_formats import describe_weights
+from tercet.http.control.profile_command import add_profile_arguments, run_profile
 from tercet.native.cpu import UnsupportedLevel, check_level, runnable_levels
 from tercet.plugin_host.listing import describe_plugins, format_plugins
 from tercet.plugin_host.manager import PluginRegistries, create_plugin_manager
@@ -55,6 +56,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--lora", dest="lora_adapters", action="append", default=[], metavar="NAME=PATH",
         help="serve the PEFT adapter in directory PATH under NAME (repeatable)",
     )
+    parser.add_argument("--otlp-traces-endpoint", metavar="URL",
+                        help="export a span per request to this OTLP/HTTP endpoint (needs tercet[otel])")
     parser.add_argument(
         "--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
         help="any config value, e.g. --set scheduler.max_running_requests=8 (repeatable)",
@@ -79,6 +82,7 @@ def config_from_arguments(arguments: argparse.Namespace):
         ("parallel", "nnodes"): arguments.nnodes,
         ("parallel", "node_rank"): arguments.node_rank,
         ("parallel", "dist_init_addr"): arguments.dist_init_addr,
+        ("observability", "otlp_endpoint"): arguments.otlp_traces_endpoint,
     }
     for (section, key), value in direct.items():
         if value is not None:
@@ -126,14 +130,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_offline_arguments(bench_offline)
     bench_ipc = commands.add_parser("bench-ipc", help="round trips per second over the IPC fabric, per serializer")
     add_ipc_arguments(bench_ipc)
+    profile = commands.add_parser(
+        "profile", help="record a torch profile of a running server's ranks (POST /start_profile)"
+    )
+    add_profile_arguments(profile)
     return parser
 
 
 def serve(arguments: argparse.Namespace) -> int:
     # The server's own modules load only for the command that serves.
+    from tercet.frontend.request_traces import check_tracing_installed
     from tercet.launch import launch_server
 
-    return launch_server(config_from_arguments(arguments))
+    config = config_from_arguments(arguments)
+    # Before anything starts: request traces asked for without the otel extra.
+    check_tracing_installed(config.observability)
+    return launch_server(config)
 
 
 def show_config(arguments: argparse.Namespace) -> int:
@@ -181,6 +193,7 @@ COMMANDS = {
     "bench": run_bench,
     "bench-offline": run_offline,
     "bench-ipc": run_ipc,
+    "profile": run_profile,
 }
 
 

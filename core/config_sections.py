@@ -8,6 +8,7 @@ when it resolves a value from a file, the environment or the command line.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -126,6 +127,17 @@ class ServerConfig:
     # POST /update_weights_from_disk loads only checkpoints under these directories (symbolic links
     # resolved); none: any path the server can read, as the operator who may call it names.
     weights_dirs: tuple[str, ...] = field(default=(), metadata={"items": (DIRECTORY_PATTERN, DIRECTORY_MEANING)})
+    # POST /start_profile writes its torch traces only under this directory ("": $XDG_STATE_HOME/tercet/profiles,
+    # ~/.local/state/tercet/profiles without it); see profile_root.
+    profile_dir: str = ""
+
+    @property
+    def profile_root(self) -> str:
+        """The absolute directory profiles go under (``profile_dir`` made absolute, or its default)."""
+        if self.profile_dir:
+            return os.path.abspath(os.path.expanduser(self.profile_dir))
+        state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+        return os.path.join(os.path.abspath(state), "tercet", "profiles")
 
 
 @dataclass(frozen=True)
@@ -136,10 +148,15 @@ class SchedulerConfig:
     # Most prompt tokens one step may prefill, across all prefilling requests;
     # a longer prompt is split into chunks over several steps.
     chunked_prefill_size: int = _at_least(4096, 1)
+    # While requests decode, a step takes as many prompt tokens as keep it within this many times a
+    # decode-only step (by the step costs measured as it runs), so long prompts arriving hold the
+    # streams' inter-token latency to this bound; 0: always up to chunked_prefill_size.
+    max_decode_slowdown: float = field(default=2.0, metadata={"min": 0.0})
     # Data-parallel ranks: scheduler processes, each with its own model replica and KV pool.
     dp_size: int = field(default=1, metadata={"min": 1, "max": 16})
-    # How the TokenizerManager picks a rank for each new request.
-    load_balance: str = _choice("round_robin", "round_robin", "shortest_queue")
+    # How the TokenizerManager picks a rank for each new request: a load balancer plugin's name
+    # (round_robin, shortest_queue, cache_aware, or an installed plugin's).
+    load_balance: str = "round_robin"
 
 
 @dataclass(frozen=True)
@@ -149,6 +166,13 @@ class CacheConfig:
     page_size: int = _at_least(16, 1)
     # Share the KV of common prompt prefixes between requests (a radix tree of pages).
     prefix_cache: bool = True
+    # A tier below the pool for the prefix cache's evicted pages (a "KV storage" plugin):
+    # "none", "host" (memory of this process) or "file" (a directory, kept across restarts).
+    storage: str = "none"
+    # The host tier's budget, and the file tier's directory ("": <tercet cache dir>/kv_pages) and budget.
+    host_bytes: str = field(default="1GiB", metadata={"byte_size": True})
+    file_dir: str = ""
+    file_bytes: str = field(default="8GiB", metadata={"byte_size": True})
 
 
 @dataclass(frozen=True)
@@ -290,6 +314,16 @@ class LoraConfig:
 
 
 @dataclass(frozen=True)
+class ObservabilityConfig:
+    # An OTLP/HTTP traces endpoint (such as "http://collector:4318/v1/traces"): every request is
+    # exported as a span with its phases (tercet.frontend.request_traces). Needs the otel extra
+    # (pip install 'tercet[otel]'). "": no traces.
+    otlp_endpoint: str = ""
+    # The service.name resource attribute of the spans.
+    service_name: str = "tercet"
+
+
+@dataclass(frozen=True)
 class TercetConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -305,6 +339,7 @@ class TercetConfig:
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    observability: ObservabilityConfig = field(default_factory=ObservabilityConfig)
     # [plugins.<name>] tables, passed to plugins as they are.
     plugins: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # [plugins] disable: entry-point plugins that are not loaded at all, in any process.

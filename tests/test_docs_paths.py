@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tercet.frontend.request_traces import TRACE_NAMES
 from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES
 from tercet.ipc.messages import CORE_MESSAGE_TYPES
 
@@ -16,8 +17,9 @@ DOCS = [ROOT / "README.md", ROOT / "contrib" / "README.md", *sorted((ROOT / "doc
 REPOSITORY_PATH = re.compile(r"(?<![\w./-])((?:core|plugins|tests|benchmarks|contrib|docs)/[\w./-]*[\w/])")
 DOTTED_NAME = re.compile(r"(?<![\w./-])(tercet(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 TEST_FILE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*test_\w+\.py)")
-# Names that look like modules but are not: wire tags of messages, and the config file's usual name.
-NOT_MODULES = {*CORE_MESSAGE_TYPES, *CONTROL_MESSAGE_TYPES, "tercet.toml"}
+# Names that look like modules but are not: wire tags of messages, request traces' span and attribute
+# names, and the config file's usual name.
+NOT_MODULES = {*CORE_MESSAGE_TYPES, *CONTROL_MESSAGE_TYPES, *TRACE_NAMES, "tercet.toml"}
 # Files of a package `tercet plugin new` writes (docs/plugins.md shows them), not of this repository.
 GENERATED_FILES = {"tests/test_plugin.py", "test_plugin.py", "shortest-first/tests/test_tercet_shortest_first.py"}
 

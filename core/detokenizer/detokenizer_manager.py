@@ -147,6 +147,7 @@ class DetokenizerManager:
                 output_logprobs=column(batch.output_logprobs),
                 prompt_logprobs=column(batch.prompt_logprobs),
                 cached_tokens=column(batch.cached_tokens),
+                phase_times=column(batch.phase_times) if batch.phase_times else [None] * len(rows),
             )
         )
 

@@ -18,3 +18,7 @@ class ReqState:
     event: asyncio.Event
     out_list: list[GenerateOutput | EmbeddingOutput] = field(default_factory=list)
     finished: bool = False
+    # When the API received the request and sent it to a scheduler (Unix times), for its trace
+    # (tercet.frontend.request_traces); sent_at is stamped only while traces are on.
+    received_at: float = 0.0
+    sent_at: float = 0.0

@@ -30,10 +30,12 @@ from tercet.frontend.data_parallel_router import DataParallelRouter
 from tercet.frontend.io_struct import EmbeddingOutput, EmbeddingRequest, GenerateOutput, GenerateRequest
 from tercet.frontend.prompt_batch import batch_limit, check_batch_size, prompt_messages, prompt_rids, tokenize_prompts
 from tercet.frontend.req_state import ReqState
+from tercet.frontend.request_traces import RequestTracer, unix_now
 from tercet.frontend.tokenizer_control import ControlPlane
 from tercet.frontend.tokenizer_embeddings import EmbeddingRequests
 from tercet.frontend.tokenizer_prompts import PromptTokenizer
 from tercet.ipc.control_messages import AbortRequestsReq, ControlReply, ControlRequest
+from tercet.ipc.eviction_reports import EvictedPrefixesReport
 from tercet.ipc.messages import (
     BatchEmbeddingOutput,
     BatchStrOutput,
@@ -73,17 +75,17 @@ class TokenizerManager:
         self.max_requests_in_flight = scheduler_config.max_running_requests + scheduler_config.max_queued_requests
         self.max_prompts_per_request = context.config.server.max_prompts_per_request
         self.io = ManagerIO(context, "tokenizer", EDGE_TO_TOKENIZER)
-        self.router = DataParallelRouter(
-            [self.io.open_sender(endpoint) for endpoint in port_args.scheduler_inputs], scheduler_config.load_balance
-        )
         # This process's contained failures (the control plane counts those the detokenizer reports).
         self.failures = ContainedFailures("server", logger)
+        self.router = self.data_parallel_router(port_args.scheduler_inputs)
         # What /metrics publishes of the requests (observed here, as their outputs arrive).
         self.metrics = ServingMetrics(served_model_name, self.router.num_ranks, context_len, worker.number,
                                       port_args.shared_metrics_dir if worker.count > 1 else None)
         # Tool calls are found in chat answers here, in the API process.
         self.chat_tools = ChatTools.create(context, tokenizer, self.failures)
         self.reasoning = ReasoningReader.create(context, self.failures)  # None: [reasoning] parser = "none"
+        # Each finished completion's spans, exported over OTLP; None: [observability] otlp_endpoint unset.
+        self.traces = RequestTracer.create(context.config.observability, served_model_name)
         self.receiver = self.io.open_async_receiver(port_args.tokenizer_inputs[worker.number - 1], self.failures)
         self.rid_to_state: dict[str, ReqState] = {}
         # Embeddings go through this manager's request table, as generation does.
@@ -95,6 +97,7 @@ class TokenizerManager:
             (ControlReply, self.control_plane.handle_control_reply),
             (ContainedFailureReport, self.control_plane.handle_contained_failure_report),
             (RankMetricsReport, self.control_plane.handle_rank_metrics_report),
+            (EvictedPrefixesReport, self.router.handle_eviction_report),
             *self.io.plugin_handlers(lambda: self),
         ])
         self.unhealthy_reason: str | None = None
@@ -103,6 +106,12 @@ class TokenizerManager:
         # Set on SIGTERM: new requests are refused while those in flight finish.
         self.is_draining = False
         self.handle_loop_task: asyncio.Task | None = None
+
+    def data_parallel_router(self, scheduler_inputs: list[str]) -> DataParallelRouter:
+        """A sender to each rank, behind the load balancer ``[scheduler] load_balance`` chooses."""
+        balancer = self.context.chosen("load_balancers")(self.context.config, len(scheduler_inputs))
+        return DataParallelRouter([self.io.open_sender(endpoint) for endpoint in scheduler_inputs], balancer,
+                                  self.failures, self.context.chosen_plugin_name("load_balancers"))
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -117,6 +126,8 @@ class TokenizerManager:
             self.handle_loop_task.cancel()
         self.io.close()
         self.prompts.close()
+        if self.traces is not None:
+            self.traces.shutdown()
 
     def is_healthy(self) -> bool:
         return self.unhealthy_reason is None
@@ -211,6 +222,7 @@ class TokenizerManager:
         trusted here: only what depends on the model is checked, the prompts'
         tokens against its vocabulary and its context length. A batch's prompts
         all pass every check before any is sent (:mod:`tercet.frontend.prompt_batch`)."""
+        received_at = unix_now()
         if not self.abilities.can_generate:
             raise RequestError(ENCODER_CANNOT_GENERATE, "model")
         check_batch_size(request, self.max_prompts_per_request, self.max_requests_in_flight)
@@ -227,7 +239,7 @@ class TokenizerManager:
         self.check_unused(choices, request.rid)
         messages = prompt_messages(request, rids, input_ids)
         event = asyncio.Event()
-        states = {choice: ReqState(index, event) for index, choice in enumerate(choices)}
+        states = {choice: ReqState(index, event, received_at=received_at) for index, choice in enumerate(choices)}
         sent: set[str] = set()  # the completions whose prompt reached a scheduler
         # Registered inside the try that unregisters: a request whose message
         # cannot be encoded, or that fails in any way, must not keep its place
@@ -250,10 +262,19 @@ class TokenizerManager:
 
     def send_request(self, message, ids: list[str], sent: set[str]) -> None:
         """Send ``message``, the request for completions (or inputs) ``ids``, to a scheduler; ``sent`` notes them."""
+        if self.traces is not None:  # stamped before: the scheduler may receive it before send returns
+            self.stamp_sent(ids)
         rank = self.router.send(message, ids)
         sent.update(ids)
         for held in ids:
             self.metrics.started(held, rank)
+
+    def stamp_sent(self, ids: list[str]) -> None:
+        now = unix_now()
+        for held in ids:
+            state = self.rid_to_state.get(held)
+            if state is not None:
+                state.sent_at = now
 
     def release_states(self, states: dict[str, ReqState], sent: set[str]) -> list[str]:
         """Drop a request's states. Those sent and not finished are aborted, their
@@ -330,5 +351,13 @@ class TokenizerManager:
             )
             if finish_reason is not None:
                 state.finished = True
+                if self.traces is not None:
+                    self.trace_finished(rid, state, batch, position)
             state.event.set()
 
+    def trace_finished(self, rid: str, state: ReqState, batch: BatchStrOutput, position: int) -> None:
+        # A failure here costs the request its trace, never its output.
+        try:
+            self.traces.trace_finished(self.worker.untag(rid), state, batch, position, self.rank_of_rid.get(rid))
+        except Exception:
+            self.failures.record("request_traces", f"tracing request {rid!r} failed")

@@ -91,6 +91,42 @@ class ListLoraAdaptersReq(ControlRequest):
     """The rank's LoRA adapters: name, directory, rank, bytes held, requests received."""
 
 
+@dataclass(frozen=True)
+class StartProfileReq(ControlRequest):
+    """Start recording a torch profile into ``output_dir`` (an absolute directory the API process
+    checked inside ``[server] profile_dir``); ``activities`` some of "CPU", "CUDA" (None: the rank's
+    own); it ends by itself after ``num_steps`` model steps (None: at StopProfileReq)."""
+
+    output_dir: str = ""
+    activities: list[str] | None = None
+    num_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class StopProfileReq(ControlRequest):
+    """End the recording and write its trace; the reply's data names the file."""
+
+
+@dataclass(frozen=True)
+class ProfileStatusReq(ControlRequest):
+    """Whether the rank is still recording, and the steps it has seen."""
+
+
+@dataclass(frozen=True)
+class SaveSessionReq(ControlRequest):
+    """Write the cached prefix ``token_ids`` (pool, then the tier below it) to the saved session ``name``."""
+
+    name: str = ""
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RestoreSessionReq(ControlRequest):
+    """Load the saved session ``name`` into the pool and the prefix cache."""
+
+    name: str = ""
+
+
 CONTROL_MESSAGE_TYPES = {
     "tercet.control_reply": ControlReply,
     "tercet.flush_cache_req": FlushCacheReq,
@@ -103,4 +139,9 @@ CONTROL_MESSAGE_TYPES = {
     "tercet.load_lora_adapter_req": LoadLoraAdapterReq,
     "tercet.unload_lora_adapter_req": UnloadLoraAdapterReq,
     "tercet.list_lora_adapters_req": ListLoraAdaptersReq,
+    "tercet.start_profile_req": StartProfileReq,
+    "tercet.stop_profile_req": StopProfileReq,
+    "tercet.profile_status_req": ProfileStatusReq,
+    "tercet.save_session_req": SaveSessionReq,
+    "tercet.restore_session_req": RestoreSessionReq,
 }

@@ -4,7 +4,7 @@ edge 1  TokenizerManager -> Scheduler       TokenizedGenerateReq, TokenizedEmbed
 edge 2  Scheduler -> DetokenizerManager     BatchTokenIDOutput, BatchEmbeddingOutput
 edge 3  DetokenizerManager -> TokenizerManager  BatchStrOutput, BatchEmbeddingOutput (passed on as it
         came: an embedding has no text), ContainedFailureReport; from each scheduler,
-        RankMetricsReport (tercet.ipc.rank_metrics)
+        RankMetricsReport (tercet.ipc.rank_metrics), EvictedPrefixesReport (tercet.ipc.eviction_reports)
 
 Batches are columns (one list per field) so one message carries a whole step.
 """
@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from tercet.containment import INTERNAL_FAILURE_STATUS, internal_failure_message
 from tercet.errors import TercetError
 from tercet.ipc.decode_limits import DEFAULT_DECODE_LIMITS, DecodeLimits
+from tercet.ipc.eviction_reports import EVICTION_REPORT_MESSAGE_TYPES
 from tercet.ipc.rank_metrics import RANK_METRICS_MESSAGE_TYPES
+from tercet.ipc.request_phase_times import REQUEST_PHASE_TIMES_MESSAGE_TYPES, RequestPhaseTimes
 from tercet.sampling_params import SamplingParams
 
 
@@ -152,6 +154,8 @@ class BatchTokenIDOutput:
     prompt_logprobs: list[TokenLogprobs | None]
     # Prompt tokens whose KV came from the prefix cache.
     cached_tokens: list[int]
+    # On a request's finishing row, when it passed each phase (tercet.ipc.request_phase_times); else None.
+    phase_times: list[RequestPhaseTimes | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,8 @@ class BatchStrOutput:
     output_logprobs: list[TokenLogprobs | None]
     prompt_logprobs: list[TokenLogprobs | None]
     cached_tokens: list[int]
+    # As BatchTokenIDOutput's (empty from a sender that has none).
+    phase_times: list[RequestPhaseTimes | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -212,6 +218,8 @@ CORE_MESSAGE_TYPES = {
     "tercet.batch_embedding_output": BatchEmbeddingOutput,
     "tercet.contained_failure_report": ContainedFailureReport,
     **RANK_METRICS_MESSAGE_TYPES,
+    **REQUEST_PHASE_TIMES_MESSAGE_TYPES,
+    **EVICTION_REPORT_MESSAGE_TYPES,
 }
 
 

@@ -58,10 +58,25 @@ class RankMetricsReport:
     # LoRA adapters: generate requests received per adapter, and adapters whose weights are held.
     lora_requests: dict[str, int] = field(default_factory=dict)
     lora_adapters_loaded: int = 0
+    # The KV storage tier below the pool ("" without one): requests that looked below the pool
+    # and those that found pages there, pages evicted from the pool, pages and bytes written
+    # down and read back, pages dropped (writer behind) or failing their check, and the seconds
+    # each read-back took.
+    kv_storage_tier: str = ""
+    kv_storage_lookups: int = 0
+    kv_storage_hits: int = 0
+    kv_storage_evictions: int = 0
+    kv_storage_pages_written: int = 0
+    kv_storage_pages_read: int = 0
+    kv_storage_bytes_written: int = 0
+    kv_storage_bytes_read: int = 0
+    kv_storage_pages_dropped: int = 0
+    kv_storage_pages_corrupt: int = 0
+    kv_storage_read_back_time: HistogramCounts = field(default_factory=lambda: HistogramCounts([], [0], 0.0))
 
     @property
     def histograms(self) -> tuple[HistogramCounts, ...]:
-        return self.queue_time, self.prefill_time, self.decode_time
+        return self.queue_time, self.prefill_time, self.decode_time, self.kv_storage_read_back_time
 
 
 RANK_METRICS_MESSAGE_TYPES = {

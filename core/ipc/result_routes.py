@@ -69,7 +69,8 @@ def batch_rows(batch, rows: list[int]):
     columns = {}
     for field in dataclasses.fields(batch):
         values = getattr(batch, field.name)
-        columns[field.name] = [values[row] for row in rows]
+        # An optional column a sender left empty (phase_times) stays empty.
+        columns[field.name] = [values[row] for row in rows] if values else values
     return type(batch)(**columns)
 
 

@@ -59,6 +59,29 @@ SPECULATION_FAMILIES = [
      lambda r: r.speculative_accepted_tokens / r.speculative_verifications if r.speculative_verifications else 0.0),
 ]
 
+# The KV storage tier below the pool, by tier (a rank reports them only while one is configured).
+KV_STORAGE_FAMILIES = [
+    (CounterMetricFamily, "kv_storage_lookups", "Requests whose cached prefix went on below the pool, looked up "
+     "in the tier", lambda r: r.kv_storage_lookups),
+    (CounterMetricFamily, "kv_storage_hits", "Lookups in the tier that found pages of the prefix",
+     lambda r: r.kv_storage_hits),
+    (GaugeMetricFamily, "kv_storage_hit_rate", "Lookups in the tier that found pages, 0 to 1",
+     lambda r: _ratio(r.kv_storage_hits, r.kv_storage_lookups)),
+    (CounterMetricFamily, "kv_storage_evictions", "KV pages the prefix cache evicted from the pool to the tier",
+     lambda r: r.kv_storage_evictions),
+    (CounterMetricFamily, "kv_storage_pages_written", "KV pages written down to the tier",
+     lambda r: r.kv_storage_pages_written),
+    (CounterMetricFamily, "kv_storage_pages_read", "KV pages read back from the tier into the pool",
+     lambda r: r.kv_storage_pages_read),
+    (CounterMetricFamily, "kv_storage_written_bytes", "Bytes written down to the tier",
+     lambda r: r.kv_storage_bytes_written),
+    (CounterMetricFamily, "kv_storage_read_bytes", "Bytes read back from the tier", lambda r: r.kv_storage_bytes_read),
+    (CounterMetricFamily, "kv_storage_pages_dropped", "Evicted KV pages not written down: the writer was behind",
+     lambda r: r.kv_storage_pages_dropped),
+    (CounterMetricFamily, "kv_storage_pages_corrupt", "KV pages read back that failed their checksum (dropped)",
+     lambda r: r.kv_storage_pages_corrupt),
+]
+
 
 class RankCollector:
     def __init__(self, model_name: str, num_ranks: int, clock: Callable[[], float] = time.monotonic):
@@ -100,6 +123,26 @@ class RankCollector:
         yield self._cache_config(latest)
         yield from self._speculation(latest)
         yield self._lora_requests(latest)
+        yield from self._kv_storage(latest)
+
+    def _kv_storage(self, latest):
+        tiered = [(rank, report) for rank, report, _ in latest if report.kv_storage_tier]
+        if not tiered:
+            return
+        labels = [*LABELS, "tier"]
+        for family_type, name, help_text, value_of in KV_STORAGE_FAMILIES:
+            family = family_type(PREFIX + name, help_text, labels=labels)
+            for rank, report in tiered:
+                family.add_metric([self.model_name, rank, report.kv_storage_tier], value_of(report))
+            yield family
+        histogram = HistogramMetricFamily(PREFIX + "kv_storage_read_back_seconds",
+                                          "Seconds to read a prefix's pages back from the tier", labels=labels)
+        for rank, report in tiered:
+            counts = report.kv_storage_read_back_time
+            bounds = [*map(str, counts.buckets), "+Inf"]
+            histogram.add_metric([self.model_name, rank, report.kv_storage_tier],
+                                 list(zip(bounds, counts.cumulative)), counts.total)
+        yield histogram
 
     def _lora_requests(self, latest) -> CounterMetricFamily:
         family = CounterMetricFamily(PREFIX + "lora_requests", "Generate requests the rank received, by LoRA adapter",

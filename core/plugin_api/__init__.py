@@ -32,8 +32,10 @@ from __future__ import annotations
 
 from tercet.containment import ContainedFailures
 from tercet.errors import ConfigError, RequestError, TercetError
+from tercet.byte_size import parse_byte_size
 from tercet.formats.default_model import default_cache_dir
 from tercet.frontend.io_struct import GenerateOutput, GenerateRequest
+from tercet.frontend.load_balancer import EvictedPrefix, LoadBalancer, RoutingRequest
 from tercet.ipc.control_messages import CONTROL_MESSAGE_TYPES, ControlReply, ControlRequest
 from tercet.ipc.decode_limits import DecodeLimits, MessageOverLimitsError
 from tercet.ipc.messages import (
@@ -66,6 +68,7 @@ from tercet.scheduler.grammar.grammar_backend import (
     GrammarMatcher,
     GrammarTokenizer,
 )
+from tercet.scheduler.kv_tiers.storage import KVStorage
 from tercet.scheduler.policy import SchedulerView, SchedulingPolicy
 from tercet.scheduler.policy_views import CachedPrefix, PrefixCacheView, RequestView
 from tercet.scheduler.speculative.proposer import DraftModel, DraftRequest, Proposer
@@ -96,6 +99,7 @@ __all__ = [
     "DraftModel",
     "DraftRequest",
     "EncoderArchitecture",
+    "EvictedPrefix",
     "FinishKind",
     "FinishReason",
     "GenerateOutput",
@@ -105,8 +109,10 @@ __all__ = [
     "GrammarMatcher",
     "GrammarTokenizer",
     "IsaLevel",
+    "KVStorage",
     "LinearMethod",
     "LinearTarget",
+    "LoadBalancer",
     "LoraBackend",
     "LoraPart",
     "LoraSegment",
@@ -127,6 +133,7 @@ __all__ = [
     "ReasoningStream",
     "RequestError",
     "RequestView",
+    "RoutingRequest",
     "SamplingParams",
     "SchedulerStats",
     "SchedulerView",
@@ -144,6 +151,7 @@ __all__ = [
     "hookimpl",
     "level_in_use",
     "load_native_library",
+    "parse_byte_size",
     "read_call_object",
     "runnable_levels",
 ]

@@ -13,7 +13,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from tercet.errors import ConfigError
 
 # The promise (docs/plugins.md, "Compatibility"): a minor version only adds, a major may change anything.
-API_VERSION = "1.5"
+API_VERSION = "1.6"
 
 
 def check_api_versions(plugin_name: str, declared) -> None:

@@ -97,6 +97,32 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     """,
     ),
     ComponentKind(
+        hook="register_load_balancers",
+        kind="load balancer",
+        registry="load_balancers",
+        config_key=("scheduler", "load_balance"),
+        doc="""Register load balancers, chosen by ``[scheduler] load_balance``: which
+    data-parallel rank serves each prompt.
+
+    ``register(name, factory)`` where ``factory(config, num_ranks)`` takes the
+    resolved :class:`tercet.config.TercetConfig` (a balancer reads its own options
+    from ``config.plugins[<name>]``) and the number of ranks, and returns a
+    :class:`tercet.frontend.load_balancer.LoadBalancer`: ``choose_rank(request,
+    loads)`` answers the rank for a :class:`tercet.frontend.load_balancer.RoutingRequest`
+    (its id, prompt token ids, LoRA adapter and number of completions), ``loads``
+    being the completions this API worker has in flight on each rank; then
+    ``routed(request, rank)``, ``finished(rid, rank)`` for each of its completions,
+    and ``evicted(rank, prefixes)``, with what a rank's prefix cache dropped (each
+    a :class:`tercet.frontend.load_balancer.EvictedPrefix`; each rank reports them
+    between its steps), tell it what follows.
+    Built in the API process, one per API worker, and called on its event loop:
+    a call must be quick and never block. A ``choose_rank`` that raises, or
+    answers no rank, sends that prompt to the rank with the fewest completions in
+    flight; any failing call is counted against its plugin. The built-ins are
+    ``round_robin`` (the default), ``shortest_queue`` and ``cache_aware``.
+    """,
+    ),
+    ComponentKind(
         hook="register_detokenizers",
         kind="detokenizer",
         registry="detokenizers",
@@ -251,6 +277,37 @@ COMPONENT_KINDS: tuple[ComponentKind, ...] = (
     method. Called in the scheduler process, once per adapted projection per
     step that carries an adapter; steps of the base model alone never call it.
     A failure ends the step as any failure of the forward does.
+    """,
+    ),
+    ComponentKind(
+        hook="register_kv_storages",
+        kind="KV storage",
+        registry="kv_storages",
+        config_key=("cache", "storage"),
+        extra_choices=("none",),
+        slug="kv-storage",
+        doc="""Register KV storage tiers below the KV pool, chosen by ``[cache] storage`` (``"none"``,
+    the default, keeps the prefix cache in the pool alone).
+
+    ``register(name, factory)`` where ``factory(config)`` takes the resolved
+    :class:`tercet.config.TercetConfig` (a tier reads its own options from
+    ``config.plugins[<name>]``) and returns a
+    :class:`tercet.scheduler.kv_tiers.storage.KVStorage`: ``put(key, data)``,
+    ``get(key) -> bytes | None`` and ``contains(key) -> bool``, where ``key`` is
+    a hex string naming one page of K/V by the hash of its token chain (every
+    token from the start of the sequence to the end of the page, and what makes
+    pages incompatible: the model, the KV dtype, the page size and shape, the LoRA
+    adapter). The prefix cache puts the pages it evicts from the pool there, in
+    a background thread, and reads them back, also in the background, for a
+    request whose prefix continues below the pool. ``data`` carries its own
+    checksum, verified before a page is used: a tier may lose or garble pages
+    (a page that fails the check is dropped, its ``discard(key)`` called), but
+    must be safe to call from two threads at once. ``persistent = True`` says
+    pages survive a restart. The built-ins are ``host`` (an LRU in this
+    process's memory, ``[cache] host_bytes``) and ``file`` (a directory,
+    ``[cache] file_dir`` and ``file_bytes``, shareable by several servers).
+    Called in the scheduler process; a failure of a call loses that page, counted
+    against its plugin, and the request computes it instead.
     """,
     ),
     ComponentKind(

@@ -45,6 +45,8 @@ def run_child(
     def stop(*_):
         try:
             context.plugin_manager.hook.tercet_shutdown(component=component)
+            # What the component keeps past the process (the scheduler: its prefix cache, down to a file tier).
+            getattr(component_object, "before_exit", lambda: None)()
         finally:
             os._exit(0)
 

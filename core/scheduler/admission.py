@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tercet.scheduler.prefill_budget import PrefillBudget
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -21,23 +22,25 @@ if TYPE_CHECKING:
 
 class Admission:
     def __init__(self, queues: "RequestQueues", kv_memory: "RequestKVMemory", policy: "ContainedPolicy",
-                 scheduler_config: "SchedulerConfig"):
+                 scheduler_config: "SchedulerConfig", prefill_budget: PrefillBudget | None = None):
         self.queues = queues
         self.kv_memory = kv_memory
         # A ContainedPolicy: the plugin's order, or arrival order when it fails.
         self.policy = policy
         self.max_running_requests = scheduler_config.max_running_requests
-        self.prefill_token_budget = scheduler_config.chunked_prefill_size
+        # The step's prompt tokens, shared with the model step (which learns what they cost).
+        self.prefill_budget = prefill_budget or PrefillBudget(scheduler_config.chunked_prefill_size,
+                                                              scheduler_config.max_decode_slowdown)
 
     def admit_waiting_requests(self) -> list[Req]:
         queues = self.queues
         if not queues.waiting:
             return []
         running = queues.running
-        budget = self.prefill_token_budget - sum(len(req.tokens_to_feed()) for req in running if req.is_prefilling)
+        budget = self.prompt_tokens_left(running)
         admitted: list[Req] = []
         view = self.policy.scheduler_view(running, self.kv_memory.prefix_cache)
-        for leader in self.policy.order(list(queues.waiting), view):
+        for leader in self.with_prefix_ready(self.policy.order(list(queues.waiting), view)):
             group = leader.group
             if admitted and budget <= 0:
                 break
@@ -48,6 +51,24 @@ class Admission:
             admitted.extend(group)
             budget -= to_prefill
         return admitted
+
+    def with_prefix_ready(self, leaders):
+        """The leaders in order, less those whose prefix is being read back from the tier below the pool
+        (in a thread: they wait); asked lazily, as admission reaches each."""
+        tiers = self.kv_memory.kv_tiers
+        return leaders if tiers is None else (leader for leader in leaders if tiers.promotion.ready(leader))
+
+    def prompt_tokens_left(self, running) -> int:
+        """The step's prompt-token budget less what the running requests still have to prefill."""
+        prefilling = [req for req in running if req.is_prefilling]
+        allowed = self.prefill_budget.tokens(num_decoding=len(running) - len(prefilling))
+        return allowed - sum(len(req.tokens_to_feed()) for req in prefilling)
+
+    @property
+    def is_reading_prefixes(self) -> bool:
+        """A waiting request's prefix is being read back from the tier below the pool, in a thread."""
+        tiers = self.kv_memory.kv_tiers
+        return tiers is not None and tiers.promotion.is_reading
 
     def pages_needed(self, group: list[Req], to_prefill: int, budget: int) -> int:
         """Pages for the leader's first prefill chunk and the followers' prompt copies,
@@ -82,6 +103,8 @@ class Admission:
 
     def admit(self, group: list[Req]) -> None:
         leader = group[0]
+        if self.kv_memory.kv_tiers is not None:
+            self.kv_memory.kv_tiers.promotion.forget(leader.rid)
         self.kv_memory.admit(leader)
         left_behind = [follower for follower in leader.followers if not self.seat_follower(follower)]
         self.queues.admit(leader, left_behind)

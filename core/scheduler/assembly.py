@@ -26,12 +26,16 @@ from tercet.processes.watchdog import StepHeartbeat
 from tercet.scheduler.admission import Admission
 from tercet.scheduler.contained_policy import ContainedPolicy
 from tercet.scheduler.control import ControlTarget
+from tercet.scheduler.rank_profiler import RankProfiler
 from tercet.scheduler.embeddings import EmbeddingStep
+from tercet.scheduler.eviction_reporter import eviction_reporter_of
 from tercet.scheduler.grammar.compiler import GrammarCompiler, grammar_tokenizer, num_cores
 from tercet.scheduler.kv_memory import RequestKVMemory
+from tercet.scheduler.kv_tiers.tiered_cache import kv_tiers_of
 from tercet.scheduler.lora_adapters import scheduler_adapters_of
 from tercet.scheduler.metrics_reporter import RankMetricsReporter, report_of
 from tercet.scheduler.model_step import ModelStep
+from tercet.scheduler.prefill_budget import PrefillBudget
 from tercet.scheduler.parts import SchedulerEdges, SchedulerParts
 from tercet.scheduler.radix_cache import RadixCache
 from tercet.scheduler.request_queues import RequestQueues
@@ -57,13 +61,15 @@ def build_scheduler(context: ProcessContext, port_args, model_runner, tokenizer,
     cpu_threads = cpu_threads_of(config.model.cpu_threads, model_runner.device)
     failures = ContainedFailures(f"scheduler (rank {rank})", logger)
     kv_memory = RequestKVMemory(model_runner, prefix_cache_of(model_runner, config.cache))
+    kv_memory.kv_tiers = kv_tiers_of(context, model_runner, kv_memory.prefix_cache, failures)
     queues = RequestQueues(kv_memory)
-    admission = Admission(queues, kv_memory, contained_policy(context, failures), config.scheduler)
+    prefill_budget = PrefillBudget(config.scheduler.chunked_prefill_size, config.scheduler.max_decode_slowdown)
+    admission = Admission(queues, kv_memory, contained_policy(context, failures), config.scheduler, prefill_budget)
     grammars = grammar_compiler(context, tokenizer, model_runner)
     model_step = ModelStep(
         queues, kv_memory, model_runner, timer,
         stop_conditions=StopConditions(model_runner.eos_token_ids, tokenizer), failures=failures,
-        grammar_plugin=grammars.plugin_name, chunked_prefill_size=config.scheduler.chunked_prefill_size,
+        grammar_plugin=grammars.plugin_name, prefill_budget=prefill_budget,
         speculation=speculation_of(context, model_runner, failures),
     )
     embedding_step = EmbeddingStep(
@@ -75,6 +81,7 @@ def build_scheduler(context: ProcessContext, port_args, model_runner, tokenizer,
         adapters.on_unload = kv_memory.prefix_cache.drop_namespace
     control_target = ControlTarget(
         rank, queues, kv_memory, grammars, model_runner, failures, model_step.speculation, adapters,
+        profiler=rank_profiler_of(config, rank, model_runner),
     )
     edges = open_edges(ManagerIO(context, "scheduler", EDGE_FROM_TOKENIZER), port_args, rank, model_runner.tp,
                        failures)
@@ -87,7 +94,17 @@ def build_scheduler(context: ProcessContext, port_args, model_runner, tokenizer,
         heartbeat=heartbeat or StepHeartbeat(), cpu_threads=cpu_threads, kv_memory=kv_memory, queues=queues,
         admission=admission, grammars=grammars, model_step=model_step, embedding_step=embedding_step,
         adapters=adapters, control_target=control_target, metrics_reporter=metrics_reporter, edges=edges,
+        eviction_reporter=eviction_reporter_of(config, rank, kv_memory.prefix_cache,
+                                               edges.sender_to_tokenizer.send_to_all, failures),
     ))
+
+
+def rank_profiler_of(config, rank: int, model_runner) -> RankProfiler:
+    """The rank's torch profiler; each process of a tensor-parallel group writes its own trace."""
+    tp = getattr(model_runner, "tp", None)
+    tp_size, tp_rank = getattr(tp, "size", 1), getattr(tp, "rank", 0)
+    name = f"dp{rank}" if tp_size <= 1 else f"dp{rank}-tp{tp_rank}"
+    return RankProfiler(config.server.profile_root, name, on_cuda=getattr(getattr(model_runner, "device", None), "type", "cpu") == "cuda")
 
 
 def prefix_cache_of(model_runner, cache: CacheConfig) -> RadixCache | None:

@@ -27,15 +27,22 @@ from tercet.ipc.control_messages import (
     ListLoraAdaptersReq,
     LoadLoraAdapterReq,
     PauseGenerationReq,
+    ProfileStatusReq,
+    RestoreSessionReq,
+    SaveSessionReq,
+    StartProfileReq,
+    StopProfileReq,
     UnloadLoraAdapterReq,
     UpdateWeightsFromDiskReq,
 )
 from tercet.ipc.messages import FinishKind, FinishReason
+from tercet.scheduler.kv_tiers.tiered_cache import demotion_paused, saved_sessions_of
 from tercet.scheduler.stats import SchedulerStats
 
 if TYPE_CHECKING:
     from tercet.scheduler.grammar.compiler import GrammarCompiler
     from tercet.scheduler.kv_memory import RequestKVMemory
+    from tercet.scheduler.rank_profiler import RankProfiler
     from tercet.scheduler.request_queues import RequestQueues
 
 logger = logging.getLogger(__name__)
@@ -74,6 +81,18 @@ class ControlTarget:
     speculation: object | None = None
     # The LoRA adapters (a tercet.scheduler.lora_adapters.SchedulerAdapters), None when LoRA is off.
     adapters: object | None = None
+    # The torch profiler that POST /start_profile drives; None: this rank cannot profile.
+    profiler: "RankProfiler | None" = None
+
+    def rank_profiler(self) -> "RankProfiler":
+        if self.profiler is None:
+            raise ControlRefused(f"rank {self.rank} cannot record profiles")
+        return self.profiler
+
+    def after_model_step(self) -> None:
+        """A model step ran: a profile being recorded counts it."""
+        if self.profiler is not None:
+            self.profiler.after_step()
 
     def lora_adapters(self):
         if self.adapters is None:
@@ -102,6 +121,12 @@ def builtin_control_handlers(target: ControlTarget) -> list[tuple[type, object]]
         (LoadLoraAdapterReq, lambda message: target.lora_adapters().load(message.lora_name, message.lora_path)),
         (UnloadLoraAdapterReq, lambda message: target.lora_adapters().unload(message.lora_name)),
         (ListLoraAdaptersReq, lambda message: {"adapters": list_adapters(target)}),
+        (StartProfileReq, lambda message: target.rank_profiler().start(message.output_dir, message.activities,
+                                                                        message.num_steps)),
+        (StopProfileReq, lambda message: target.rank_profiler().stop()),
+        (ProfileStatusReq, lambda message: target.rank_profiler().status()),
+        (SaveSessionReq, lambda message: saved_sessions_of(target.kv_memory).save(message.name, message.token_ids)),
+        (RestoreSessionReq, lambda message: saved_sessions_of(target.kv_memory).restore(message.name)),
     ]
 
 
@@ -122,7 +147,8 @@ def flush_cache(target: ControlTarget) -> dict:
     if in_flight:
         raise ControlRefused(f"rank {target.rank} has {in_flight} requests in flight; flush when idle")
     cache = target.prefix_cache
-    freed = cache.evict(cache.num_cached_pages) if cache else 0
+    with demotion_paused(target.kv_memory):  # flushed pages are not kept below the pool either
+        freed = cache.evict(cache.num_cached_pages) if cache else 0
     return {"freed_tokens": freed * target.kv_memory.page_size}
 
 
@@ -199,6 +225,9 @@ def update_weights(target: ControlTarget, model_path: str) -> dict:
         raise ControlRefused(WEIGHTS_NOT_LOADED) from None
     cache = target.prefix_cache
     if cache is not None:
-        cache.evict(cache.num_cached_pages)
+        with demotion_paused(target.kv_memory):
+            cache.evict(cache.num_cached_pages)
+    if target.kv_memory.kv_tiers is not None:  # pages keyed by the old weights are never asked for again
+        target.kv_memory.kv_tiers.weights_changed()
     logger.info("weights reloaded from %s", model_path)
     return {"model_path": model_path}

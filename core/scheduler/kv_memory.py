@@ -22,6 +22,8 @@ class RequestKVMemory:
         self.req_to_token_pool = model_runner.req_to_token_pool
         self.kv_cache = model_runner.kv_cache
         self.prefix_cache = prefix_cache
+        # The tier below the pool (tercet.scheduler.kv_tiers.tiered_cache.KVTiers); None without one.
+        self.kv_tiers = None
 
     def pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)

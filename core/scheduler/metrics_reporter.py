@@ -28,7 +28,7 @@ from tercet.scheduler.stats import SchedulerStats
 REPORT_INTERVAL = 0.25
 
 
-HISTOGRAM_FIELDS = ("queue_time", "prefill_time", "decode_time")
+HISTOGRAM_FIELDS = ("queue_time", "prefill_time", "decode_time", "kv_storage_read_back_time")
 
 
 def report_of(stats: SchedulerStats, prefix_cache: bool) -> RankMetricsReport:

@@ -15,6 +15,7 @@ tokens one by one (:mod:`tercet.scheduler.speculative.draft_verification`).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -22,6 +23,7 @@ import torch
 from tercet.containment import ContainedFailures
 from tercet.ipc.messages import TokenLogprobs
 from tercet.scheduler.grammar.grammar_masks import GrammarMasks
+from tercet.scheduler.prefill_budget import PrefillBudget
 from tercet.scheduler.req import Req
 from tercet.scheduler.row_sampling import TokenChoice, sample_rows
 from tercet.scheduler.sampled_tokens import SampledTokens
@@ -40,7 +42,7 @@ class ModelStep:
     # An encoder's scheduler builds one over its EncoderRunner too, never stepped: nothing it serves feeds tokens.
     def __init__(self, queues: "RequestQueues", kv_memory: "RequestKVMemory", model_runner: "ModelRunner",
                  timer: "StageTimer | NoStageTimer", *, stop_conditions: StopConditions,
-                 failures: ContainedFailures, grammar_plugin: str | None, chunked_prefill_size: int,
+                 failures: ContainedFailures, grammar_plugin: str | None, prefill_budget: PrefillBudget,
                  speculation: "Speculation | None" = None):
         self.queues = queues
         self.kv_memory = kv_memory
@@ -48,7 +50,7 @@ class ModelStep:
         self.timer = timer
         self.stop_conditions = stop_conditions
         self.failures = failures
-        self.chunked_prefill_size = chunked_prefill_size
+        self.prefill_budget = prefill_budget
         self.grammar_masks = GrammarMasks(queues, failures, grammar_plugin)
         self.sampled_tokens = SampledTokens(queues, stop_conditions, failures, grammar_plugin)
         self.speculation = speculation
@@ -80,7 +82,7 @@ class ModelStep:
     def plan_feeds(self) -> tuple[list[Req], list[list[int]]]:
         """Decoders feed their last token; prefilling requests share the step's chunk budget."""
         memory = self.kv_memory
-        budget = self.chunked_prefill_size
+        budget = self.prefill_budget.tokens(sum(1 for req in self.queues.running if not req.is_prefilling))
         fed: list[Req] = []
         feeds: list[list[int]] = []
         # Requests of one adapter side by side: each adapter is one segment of rows for the LoRA backend.
@@ -108,7 +110,11 @@ class ModelStep:
                 new_token_ids=feeds,
                 adapters=[req.lora_name for req in fed],
             )
+            prompt_tokens = sum(len(feed) for req, feed in zip(fed, feeds) if req.is_prefilling)
+            started = time.perf_counter()
             logits, draft_logits = self.forward(forward_batch, fed, list(drafted))
+            self.prefill_budget.record(len(fed) - sum(req.is_prefilling for req in fed), prompt_tokens,
+                                       time.perf_counter() - started)
         with self.timer.stage("sample"):
             self.sample_and_finish(fed, feeds, logits, DraftRows.of(fed, drafted, draft_logits))
 

@@ -9,10 +9,12 @@ of the batch goes out as usual.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from tercet.containment import ContainedFailures
 from tercet.ipc.messages import BatchTokenIDOutput, DetokenizeParams, FinishReason, TokenLogprobs
+from tercet.ipc.request_phase_times import RequestPhaseTimes
 from tercet.scheduler.req import Req
 
 if TYPE_CHECKING:
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 COLUMNS = (
     "rids", "new_token_ids", "finished_reasons", "prompt_tokens", "completion_tokens",
-    "detokenize_params", "output_logprobs", "prompt_logprobs", "cached_tokens",
+    "detokenize_params", "output_logprobs", "prompt_logprobs", "cached_tokens", "phase_times",
 )
 
 
@@ -39,14 +41,25 @@ def output_row(req: Req) -> tuple:
         TokenLogprobs(new_token_ids, req.unsent_logprobs, req.unsent_top_logprobs) if params.return_logprob else None,
         None if req.has_sent_output else req.prompt_logprobs,
         req.num_prefix_cache_hits or 0,
+        phase_times(req) if req.is_finished else None,
     )
+
+
+def phase_times(req: Req) -> RequestPhaseTimes:
+    """When the finished ``req`` passed each phase, its monotonic stamps turned into Unix times."""
+    unix_now, now = time.time(), time.monotonic()
+
+    def unix(stamp: float | None) -> float | None:
+        return None if stamp is None else unix_now - (now - stamp)
+
+    return RequestPhaseTimes(unix(req.arrived_at), unix(req.admitted_at), unix(req.first_token_at), unix_now)
 
 
 def failure_row(req: Req, reason: FinishReason) -> tuple:
     """A row ending the request with ``reason``, made of values that always encode."""
     return (
         req.rid, [], reason, len(req.input_ids), len(req.output_ids),
-        None if req.has_sent_output else DetokenizeParams(), None, None, 0,
+        None if req.has_sent_output else DetokenizeParams(), None, None, 0, None,
     )
 
 

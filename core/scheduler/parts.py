@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from tercet.scheduler.admission import Admission
     from tercet.scheduler.control import ControlTarget
     from tercet.scheduler.embeddings import EmbeddingStep
+    from tercet.scheduler.eviction_reporter import EvictionReporter
     from tercet.scheduler.grammar.compiler import GrammarCompiler
     from tercet.scheduler.kv_memory import RequestKVMemory
     from tercet.scheduler.lora_adapters import SchedulerAdapters
@@ -82,3 +83,5 @@ class SchedulerParts:
     # The rank's figures for /metrics, sent between steps without being asked.
     metrics_reporter: RankMetricsReporter
     edges: SchedulerEdges
+    # What the prefix cache evicted, told to the API workers between steps (None: one rank, or no cache).
+    eviction_reporter: EvictionReporter | None = None

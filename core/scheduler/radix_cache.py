@@ -51,6 +51,21 @@ class RadixCache:
         # Pages held by nodes no running request uses: free memory on demand.
         self.num_evictable_pages = 0
         self.num_cached_pages = 0
+        # Called with each node evict() drops, while it still hangs in the tree: the rank tells the
+        # API workers what it no longer holds (tercet.scheduler.eviction_reporter). Must not raise.
+        self.on_evict = None
+        # Called with each node evict() drops, before its pages are freed: the tier below the pool
+        # (tercet.scheduler.kv_tiers) copies their K/V. Must not raise.
+        self.on_demote = None
+
+    def chain_of(self, node: RadixNode) -> tuple[str | None, tuple[int, ...]]:
+        """The LoRA namespace of ``node``'s tree and every token from its root to the end of ``node``."""
+        parts = []
+        while node.parent is not None:
+            parts.append(node.token_ids)
+            node = node.parent
+        namespace = next((name for name, root in self.roots.items() if root is node), None)
+        return namespace, tuple(token for part in reversed(parts) for token in part)
 
     def _first_page(self, token_ids, start: int) -> tuple[int, ...]:
         return tuple(token_ids[start:start + self.page_size])
@@ -166,10 +181,14 @@ class RadixCache:
         freed = 0
         while freed < num_pages and leaves:
             _, _, leaf = heapq.heappop(leaves)
+            if self.on_demote is not None:  # a tier below the pool takes the pages' K/V before they are freed
+                self.on_demote(leaf)
             self.page_allocator.free(leaf.pages)
             freed += len(leaf.pages)
             self.num_evictable_pages -= len(leaf.pages)
             self.num_cached_pages -= len(leaf.pages)
+            if self.on_evict is not None:
+                self.on_evict(leaf)
             parent = leaf.parent
             del parent.children[leaf.token_ids[: self.page_size]]
             if parent.parent is not None and not parent.children and parent.lock_count == 0:

@@ -72,6 +72,7 @@ class Scheduler:
         self.adapters = parts.adapters
         self.control_target = parts.control_target
         self.metrics_reporter = parts.metrics_reporter
+        self.eviction_reporter = parts.eviction_reporter
         edges = parts.edges
         self.io, self.receiver, self.inbox = edges.io, edges.receiver, edges.inbox
         self.sender_to_detokenizer, self.sender_to_tokenizer = edges.sender_to_detokenizer, edges.sender_to_tokenizer
@@ -114,6 +115,9 @@ class Scheduler:
             idle = self.is_idle
             if idle:
                 self.heartbeat.rest()
+            # Evictions first: a metrics report sent after them tells a reader they have arrived.
+            if self.eviction_reporter is not None:
+                self.eviction_reporter.between_steps()
             self.metrics_reporter.between_steps(resting=idle)
             self.receive_and_dispatch(block=idle)
             self.heartbeat.beat()
@@ -124,16 +128,22 @@ class Scheduler:
 
     def receive_and_dispatch(self, block: bool) -> None:
         if self.inbox is not None:
-            poll_ms = GRAMMAR_POLL_MS if self.grammars.pending else None
+            poll_ms = GRAMMAR_POLL_MS if self.has_background_work else None
             with self.timer.stage("receive"):
                 for message in self.inbox.take(block, poll_ms):
                     self.dispatch(message)
             return
         if block:
             # A grammar compiling in its thread: look again soon rather than wait for a message.
-            self.receiver.poll(timeout_ms=GRAMMAR_POLL_MS if self.grammars.pending else None)
+            self.receiver.poll(timeout_ms=GRAMMAR_POLL_MS if self.has_background_work else None)
         with self.timer.stage("receive"):
             self.io.dispatch_pending()
+
+    @property
+    def has_background_work(self) -> bool:
+        """A grammar compiling, or a waiting request's prefix read back, in a thread: look again soon
+        rather than wait for a message."""
+        return bool(self.grammars.pending) or self.admission.is_reading_prefixes
 
     def dispatch(self, message) -> None:
         """Handle one message as the loop does (see the loop-error policy in tercet.processes.manager_io)."""
@@ -162,6 +172,7 @@ class Scheduler:
             self.waiting_is_stuck = not admitted and not self.queues.running
             if self.queues.running:
                 self.model_step.run()
+                self.control_target.after_model_step()
         self.send_outputs()
 
     def replying(self, handler):
@@ -285,6 +296,13 @@ class Scheduler:
             with self.timer.stage("output"):
                 send_outputs_contained(ready, self.sender_to_detokenizer, self.failures, self.queues)
 
+    def before_exit(self) -> None:
+        """On a graceful stop: cached prefixes go down to a tier that outlives the process (the file tier)."""
+        if self.kv_memory.kv_tiers is not None:
+            self.kv_memory.kv_tiers.write_down_before_exit()
+
     def close(self) -> None:
         self.grammars.close()
+        if self.kv_memory.kv_tiers is not None:  # pages still being written down are finished first
+            self.kv_memory.kv_tiers.close()
         self.io.close()

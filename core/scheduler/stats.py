@@ -47,6 +47,18 @@ class SchedulerStats:
     # LoRA adapters: generate requests received per adapter name, and adapters whose weights are held.
     lora_requests: dict = field(default_factory=dict)
     lora_adapters_loaded: int = 0
+    # The tier below the pool's figures (tercet.scheduler.kv_tiers.tier_stats.TierStats.as_dict);
+    # empty without one. /metrics reads each as the report's ``kv_storage_<figure>``.
+    kv_storage: dict = field(default_factory=dict)
+
+    def __getattr__(self, name: str):
+        # Only for names no field or property has: the report's kv_storage_* figures.
+        if not name.startswith("kv_storage_"):
+            raise AttributeError(name)
+        figure = name.removeprefix("kv_storage_")
+        if figure == "read_back_time":
+            return self.kv_storage.get(figure) or {"buckets": [], "cumulative": [0], "sum": 0.0}
+        return self.kv_storage.get(figure, "" if figure == "tier" else 0)
 
     @property
     def kv_usage(self) -> float:
@@ -95,4 +107,5 @@ class SchedulerStats:
             speculation=speculation or {},
             lora_requests=dict(adapters.num_requests) if adapters is not None else {},
             lora_adapters_loaded=len(adapters.recency) if adapters is not None else 0,
+            kv_storage=kv_memory.kv_tiers.stats.as_dict() if getattr(kv_memory, "kv_tiers", None) else {},
         )

@@ -72,6 +72,8 @@ class SchedulerHarness:
         self.forward_calls = []
         # Request ids in the order they finished.
         self.finished_rids: list[str] = []
+        # Each generating request's cached prompt tokens, as its latest output reported them.
+        self.cached_tokens: dict[str, int] = {}
         # The inputs of every embedding forward, in order (lists of token-id lists).
         self.embed_calls = []
         self.num_sent = self.num_received = 0
@@ -128,6 +130,9 @@ class SchedulerHarness:
         self.deliver()
         # A grammar compiles in a pool thread: wait for it (the real loop polls instead).
         concurrent.futures.wait([entry.future for entry in self.scheduler.grammars.pending])
+        tiers = self.scheduler.kv_memory.kv_tiers
+        if tiers is not None:  # so do prefixes read back from the tier below the pool
+            tiers.promotion.wait()
         self.scheduler.run_step()
         outputs = self.outputs.receive_pending() if self.outputs.poll(1000) else []
         for output in outputs:
@@ -136,6 +141,8 @@ class SchedulerHarness:
             self.finished_rids += [
                 rid for rid, reason in zip(output.rids, reasons) if reason or isinstance(output, BatchEmbeddingOutput)
             ]
+            if not isinstance(output, BatchEmbeddingOutput):
+                self.cached_tokens.update(zip(output.rids, output.cached_tokens))
         return outputs
 
     def is_idle(self) -> bool:

@@ -46,3 +46,13 @@ def write_tiny_llama(target: Path, tokenizer_dir: Path, seed: int = 0, vocab_siz
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     return Path(target)
+
+
+def write_tiny_default_llama() -> Path:
+    """The tiny Llama with the default model's tokenizer, in a fresh temporary directory (for a
+    benchmark's quick run, which checks that it runs rather than what it measures)."""
+    import tempfile
+
+    from tercet.formats.dequantized_reference import ensure_dequantized_default_model
+
+    return write_tiny_llama(Path(tempfile.mkdtemp(prefix="tiny-llama-")), ensure_dequantized_default_model())

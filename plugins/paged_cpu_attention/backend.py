@@ -5,14 +5,14 @@ cache where it lies. A decoding step is one row per sequence. A step with
 prompt tokens in it (prefill, chunks, decode rows mixed in) is one row per
 new token: its sequence's row, and the keys up to and including itself. The
 kernel writes all the new K/V before it attends, so a prompt token sees the
-ones before it in the same step, and each token is computed exactly as it
-would be alone, whatever its batch-mates, its prompt's chunking or the prefix
-cache (what ``model.deterministic`` relies on).
+ones before it in the same step. It runs a prompt's consecutive rows 16 at a
+time (prompt_tiles.h: a row a vector lane, each key block widened once for
+all of them), with each row's float operations those of the row decoded alone,
+so each token is computed exactly as it would be alone, whatever its
+batch-mates, its prompt's chunking or the prefix cache (what
+``model.deterministic`` relies on).
 
-Measured against torch's SDPA over the padded batch (torch_native) on the
-default model: a 2,048-token prefill 0.69x the time, 4 x 512 tokens 0.77x,
-32 x 128 tokens 1.11x; served at c=32, where prompt and decode tokens share
-steps, 1.33x the output tokens/s (docs/benchmarks.md).
+Measured figures are in docs/benchmarks.md ("Prompt attention").
 """
 
 from __future__ import annotations

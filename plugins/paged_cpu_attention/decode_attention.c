@@ -15,6 +15,9 @@
  * it. Work items (sequence, split, and one KV head or all of them) are spread over
  * OpenMP threads.
  *
+ * A step with prompt tokens has runs of consecutive rows of one sequence: those go 16 at a time
+ * through prompt_tiles.h, which gives each row the bits it would have here alone.
+ *
  * Built by tercet's native build (see build.py) for each instruction-set level:
  * AVX-512, AVX2 (with FMA) and NEON (aarch64) take the vector path below for
  * head sizes that are multiples of 16, with the same bits on all three; other
@@ -31,7 +34,7 @@
 #include "tercet_bfloat16.h"
 #include "tercet_exp.h"
 
-enum { DTYPE_FLOAT32 = 0, DTYPE_BFLOAT16 = 1 };
+#include "cache_dtypes.h"
 
 /* `width` values of `dtype` from element `offset` of `base`, widened to float32 into `out`: a cache row
  * (offset row × width) or a strided source row (q, k_new or v_new may be views into one projection). */
@@ -97,244 +100,15 @@ static inline float softmax_block(float *score, int count, float *maximum, float
 }
 
 /* The vector path, for head sizes that are multiples of 16: the same algorithm on AVX-512, on AVX2
- * with FMA and on NEON, over `vec16`, 16 float32 lanes: one register on AVX-512, two on AVX2 (lanes
- * 0-7 and 8-15), four on NEON. Each ISA gives the few operations below; every lane sees the same float
- * operations in the same order on all of them, so they give the same bits (x86 against aarch64 under
- * qemu: tests/native/test_aarch64_attention.py). -DTERCET_PORTABLE leaves only the general path
+ * with FMA and on NEON, written over vec16 (16 float32 lanes; vec16.h, with one file per instruction
+ * set: vec16_avx512.h, vec16_avx2.h, vec16_neon.h). Every lane sees the same float operations in the
+ * same order on all of them, so they give the same bits (x86 against aarch64 under qemu:
+ * tests/native/test_aarch64_attention.py). -DTERCET_PORTABLE leaves only the general path
  * (attend_split). */
 #if !defined(TERCET_PORTABLE) && (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || \
                                    (defined(__aarch64__) && defined(__ARM_NEON)))
 #define VECTOR_PATH 1
-#define VECTOR_INLINE static inline __attribute__((always_inline))
-
-#if defined(__aarch64__)
-#include <arm_neon.h>
-/* Into L2, as _mm_prefetch's T1 hint asks on x86. */
-#define PREFETCH_L2(address) __builtin_prefetch((address), 0, 2)
-#else
-#include <immintrin.h>
-#define PREFETCH_L2(address) _mm_prefetch((address), _MM_HINT_T1)
-#endif
-
-#if defined(__aarch64__)
-/* NEON: four registers of 4 lanes (0-3, 4-7, 8-11, 12-15). */
-typedef struct {
-    float32x4_t q[4];
-} vec16;
-
-VECTOR_INLINE vec16 broadcast16(float value) {
-    const float32x4_t v = vdupq_n_f32(value);
-    return (vec16){{v, v, v, v}};
-}
-VECTOR_INLINE vec16 zero16(void) { return broadcast16(0.0f); }
-VECTOR_INLINE vec16 loadu16(const float *from) {
-    return (vec16){{vld1q_f32(from), vld1q_f32(from + 4), vld1q_f32(from + 8), vld1q_f32(from + 12)}};
-}
-VECTOR_INLINE void storeu16(float *to, vec16 v) {
-    for (int i = 0; i < 4; i++) vst1q_f32(to + 4 * i, v.q[i]);
-}
-#define NEON_LANEWISE(name, operation)                                                                 \
-    VECTOR_INLINE vec16 name(vec16 a, vec16 b) {                                                         \
-        vec16 out;                                                                                       \
-        for (int i = 0; i < 4; i++) out.q[i] = operation(a.q[i], b.q[i]);                                \
-        return out;                                                                                      \
-    }
-NEON_LANEWISE(add16, vaddq_f32)
-NEON_LANEWISE(sub16, vsubq_f32)
-NEON_LANEWISE(mul16, vmulq_f32)
-VECTOR_INLINE vec16 fma16(vec16 a, vec16 b, vec16 c) {
-    vec16 out;
-    for (int i = 0; i < 4; i++) out.q[i] = vfmaq_f32(c.q[i], a.q[i], b.q[i]);
-    return out;
-}
-/* a > b ? a : b, as x86's max (b where either is NaN; NEON's own max would give the NaN). */
-VECTOR_INLINE vec16 max16(vec16 a, vec16 b) {
-    vec16 out;
-    for (int i = 0; i < 4; i++) out.q[i] = vbslq_f32(vcgtq_f32(a.q[i], b.q[i]), a.q[i], b.q[i]);
-    return out;
-}
-/* 2^n for whole numbers n (-126 to 127): truncated to an integer as x86's vcvttps2dq does. */
-VECTOR_INLINE vec16 pow2_16(vec16 n) {
-    vec16 out;
-    for (int i = 0; i < 4; i++)
-        out.q[i] = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n.q[i]), vdupq_n_s32(127)), 23));
-    return out;
-}
-
-/* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
-VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
-    if (dtype == DTYPE_BFLOAT16) {
-        const uint16_t *from = (const uint16_t *)base + offset;
-        vec16 out;
-        for (int i = 0; i < 2; i++) {
-            const uint16x8_t raw = vld1q_u16(from + 8 * i);
-            out.q[2 * i] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(raw), 16));
-            out.q[2 * i + 1] = vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(raw), 16));
-        }
-        return out;
-    }
-    return loadu16((const float *)base + offset);
-}
-
-/* Lane i of the result: (t[0][i] + t[2][i]) + (t[1][i] + t[3][i]) after t = the 4 × 4 transpose of
- * f[0..3]: each f's four lanes summed as lane i + lane i + 2, then + 1. */
-VECTOR_INLINE float32x4_t sum_four_each(const float32x4_t f[4]) {
-    const float32x4x2_t low = vtrnq_f32(f[0], f[1]), high = vtrnq_f32(f[2], f[3]);
-    const float32x4_t t0 = vcombine_f32(vget_low_f32(low.val[0]), vget_low_f32(high.val[0]));
-    const float32x4_t t1 = vcombine_f32(vget_low_f32(low.val[1]), vget_low_f32(high.val[1]));
-    const float32x4_t t2 = vcombine_f32(vget_high_f32(low.val[0]), vget_high_f32(high.val[0]));
-    const float32x4_t t3 = vcombine_f32(vget_high_f32(low.val[1]), vget_high_f32(high.val[1]));
-    return vaddq_f32(vaddq_f32(t0, t2), vaddq_f32(t1, t3));
-}
-
-/* sum_each of the AVX-512 path, on quarters: the same additions of the same lanes (lane i plus lane
- * i + 8, then + 4, + 2, + 1 for each vector). */
-VECTOR_INLINE vec16 sum_each(vec16 v[BLOCK]) {
-    vec16 out;
-    for (int quarter = 0; quarter < 4; quarter++) {
-        float32x4_t four[4];
-        for (int k = 0; k < 4; k++) {
-            const vec16 *x = &v[4 * quarter + k];
-            four[k] = vaddq_f32(vaddq_f32(x->q[0], x->q[2]), vaddq_f32(x->q[1], x->q[3]));
-        }
-        out.q[quarter] = sum_four_each(four);
-    }
-    return out;
-}
-
-#elif defined(__AVX512F__)
-typedef __m512 vec16;
-
-VECTOR_INLINE vec16 zero16(void) { return _mm512_setzero_ps(); }
-VECTOR_INLINE vec16 broadcast16(float value) { return _mm512_set1_ps(value); }
-VECTOR_INLINE vec16 loadu16(const float *from) { return _mm512_loadu_ps(from); }
-VECTOR_INLINE void storeu16(float *to, vec16 v) { _mm512_storeu_ps(to, v); }
-VECTOR_INLINE vec16 add16(vec16 a, vec16 b) { return _mm512_add_ps(a, b); }
-VECTOR_INLINE vec16 sub16(vec16 a, vec16 b) { return _mm512_sub_ps(a, b); }
-VECTOR_INLINE vec16 mul16(vec16 a, vec16 b) { return _mm512_mul_ps(a, b); }
-VECTOR_INLINE vec16 fma16(vec16 a, vec16 b, vec16 c) { return _mm512_fmadd_ps(a, b, c); }
-/* a > b ? a : b, lane by lane (b where either is NaN). */
-VECTOR_INLINE vec16 max16(vec16 a, vec16 b) { return _mm512_max_ps(a, b); }
-/* 2^n for whole numbers n (-126 to 127): the float whose bits are (n + 127) << 23. */
-VECTOR_INLINE vec16 pow2_16(vec16 n) {
-    const __m512i biased = _mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
-}
-
-/* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
-VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
-    if (dtype == DTYPE_BFLOAT16) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + offset));
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-    }
-    return _mm512_loadu_ps((const float *)base + offset);
-}
-
-/* The lanes of (a, b) that lo picks plus those hi picks: one round of sum_each. */
-VECTOR_INLINE __m512 add_picked(__m512 a, __m512 b, __m512i lo, __m512i hi) {
-    return _mm512_add_ps(_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b));
-}
-
-/* The sums of 16 vectors as one vector (lane j: the sum of vector j's lanes), in place. Each round
- * pairs the vectors and halves the partial sums each holds (16, 8, 4, 2, then 1 a key, the keys in
- * order): 15 additions for the 16 keys, where reducing each vector alone takes 4 each and as many
- * shuffles. A vector's lanes are folded in halves: lane i plus lane i + 8, then + 4, + 2, + 1. */
-VECTOR_INLINE vec16 sum_each(vec16 v[BLOCK]) {
-    const __m512i lo16 = _mm512_set_epi32(23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i hi16 = _mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 15, 14, 13, 12, 11, 10, 9, 8);
-    const __m512i lo8 = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0);
-    const __m512i hi8 = _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20, 15, 14, 13, 12, 7, 6, 5, 4);
-    const __m512i lo4 = _mm512_set_epi32(29, 28, 25, 24, 21, 20, 17, 16, 13, 12, 9, 8, 5, 4, 1, 0);
-    const __m512i hi4 = _mm512_set_epi32(31, 30, 27, 26, 23, 22, 19, 18, 15, 14, 11, 10, 7, 6, 3, 2);
-    const __m512i lo2 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i hi2 = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    for (int i = 0; i < 8; i++) v[i] = add_picked(v[2 * i], v[2 * i + 1], lo16, hi16);
-    for (int i = 0; i < 4; i++) v[i] = add_picked(v[2 * i], v[2 * i + 1], lo8, hi8);
-    for (int i = 0; i < 2; i++) v[i] = add_picked(v[2 * i], v[2 * i + 1], lo4, hi4);
-    return add_picked(v[0], v[1], lo2, hi2);
-}
-
-#else /* AVX2 and FMA */
-typedef struct {
-    __m256 lo, hi; /* lanes 0-7, lanes 8-15 */
-} vec16;
-
-VECTOR_INLINE vec16 zero16(void) { return (vec16){_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-VECTOR_INLINE vec16 broadcast16(float value) { return (vec16){_mm256_set1_ps(value), _mm256_set1_ps(value)}; }
-VECTOR_INLINE vec16 loadu16(const float *from) { return (vec16){_mm256_loadu_ps(from), _mm256_loadu_ps(from + 8)}; }
-VECTOR_INLINE void storeu16(float *to, vec16 v) {
-    _mm256_storeu_ps(to, v.lo);
-    _mm256_storeu_ps(to + 8, v.hi);
-}
-VECTOR_INLINE vec16 add16(vec16 a, vec16 b) { return (vec16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
-VECTOR_INLINE vec16 sub16(vec16 a, vec16 b) { return (vec16){_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
-VECTOR_INLINE vec16 mul16(vec16 a, vec16 b) { return (vec16){_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
-VECTOR_INLINE vec16 fma16(vec16 a, vec16 b, vec16 c) {
-    return (vec16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
-}
-VECTOR_INLINE vec16 max16(vec16 a, vec16 b) { return (vec16){_mm256_max_ps(a.lo, b.lo), _mm256_max_ps(a.hi, b.hi)}; }
-VECTOR_INLINE __m256 pow2_8(__m256 n) {
-    const __m256i biased = _mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23));
-}
-VECTOR_INLINE vec16 pow2_16(vec16 n) { return (vec16){pow2_8(n.lo), pow2_8(n.hi)}; }
-
-/* 8 bfloat16 values as float32. */
-VECTOR_INLINE __m256 widen8(const uint16_t *from) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)from);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-/* 16 values at `offset` of a bfloat16 or float32 array, as float32. */
-VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
-    if (dtype == DTYPE_BFLOAT16) {
-        const uint16_t *from = (const uint16_t *)base + offset;
-        return (vec16){widen8(from), widen8(from + 8)};
-    }
-    return loadu16((const float *)base + offset);
-}
-
-/* sum_each of the AVX-512 path, on halves: the same additions of the same lanes (lane i plus lane
- * i + 8, then + 4, + 2, + 1 for each vector), the keys' partial sums placed otherwise between the
- * rounds so that the last round leaves them in order. */
-VECTOR_INLINE vec16 sum_each(vec16 v[BLOCK]) {
-    __m256 eight[BLOCK], four[BLOCK / 2], two[BLOCK / 4];
-    /* Lane i + lane i + 8: a vector's halves added. */
-    for (int k = 0; k < BLOCK; k++) eight[k] = _mm256_add_ps(v[k].lo, v[k].hi);
-    /* Lane i + lane i + 4 of vectors k and k + 4 (k = 0-3, 8-11), as [k's 4 | k + 4's 4]. */
-    for (int i = 0; i < BLOCK / 2; i++) {
-        const int k = i / 4 * 8 + i % 4;
-        four[i] = _mm256_add_ps(_mm256_permute2f128_ps(eight[k], eight[k + 4], 0x20),
-                                _mm256_permute2f128_ps(eight[k], eight[k + 4], 0x31));
-    }
-    /* Lane i + lane i + 2 of two such: [k, k, k + 1, k + 1 | k + 4, k + 4, k + 5, k + 5] for k = 0, 2, 8, 10. */
-    for (int i = 0; i < BLOCK / 4; i++)
-        two[i] = _mm256_add_ps(_mm256_shuffle_ps(four[2 * i], four[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                               _mm256_shuffle_ps(four[2 * i], four[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* Lane i + lane i + 1: the adjacent pairs, vectors 0-7 in order, then 8-15. */
-    return (vec16){_mm256_hadd_ps(two[0], two[1]), _mm256_hadd_ps(two[2], two[3])};
-}
-#endif
-
-/* exp_nonpositive (tercet_exp.h) on 16 lanes, operation for operation (keep the two in step), so
- * that each lane has the bits the scalar function gives. GCC vectorizes the scalar one only where it
- * can mask (AVX-512); for AVX2 it keeps the clamp a branch and the exp scalar, which took a fifth of
- * the AVX2 path's time. */
-VECTOR_INLINE vec16 exp16(vec16 x) {
-    x = max16(broadcast16(-87.0f), x); /* x < -87 ? -87 : x */
-    const vec16 rounder = broadcast16(12582912.0f);
-    const vec16 n = sub16(add16(mul16(x, broadcast16(1.44269504088896341f)), rounder), rounder);
-    const vec16 r = sub16(sub16(x, mul16(n, broadcast16(0.693145751953125f))),
-                          mul16(n, broadcast16(1.428606765330187045e-06f)));
-    vec16 p = broadcast16(1.9875691500e-4f);
-    p = add16(mul16(p, r), broadcast16(1.3981999507e-3f));
-    p = add16(mul16(p, r), broadcast16(8.3334519073e-3f));
-    p = add16(mul16(p, r), broadcast16(4.1665795894e-2f));
-    p = add16(mul16(p, r), broadcast16(1.6666665459e-1f));
-    p = add16(mul16(p, r), broadcast16(5.0000001201e-1f));
-    p = add16(add16(mul16(mul16(p, r), r), r), broadcast16(1.0f));
-    return mul16(p, pow2_16(n));
-}
+#include "vec16.h"
 
 /* softmax_block with exp16: the same weights, sum and factor. */
 VECTOR_INLINE float softmax_block16(float *score, int count, float *maximum, float *sum) {
@@ -442,6 +216,27 @@ static void attend_specialized(const float *queries, const void *k_cache, const 
                             slots, num_kv_heads, first_head, heads, first, last, partial, per_split);
 }
 #endif
+
+#include "prompt_tiles.h"
+
+/* attend_tile_vector, with the served shape's constants where it is the served shape (see attend_specialized). */
+static void attend_tile(const TileRows *tile, int group, int head_dim, const void *k_cache, const void *v_cache,
+                        int cache_dtype, const int64_t *slots, int num_kv_heads, int kv_head, int64_t first,
+                        int64_t last) {
+#if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
+    if (group == TERCET_ATTEND_GROUP && head_dim == TERCET_ATTEND_HEAD_DIM) {
+        if (cache_dtype == DTYPE_BFLOAT16)
+            attend_tile_vector(tile, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_BFLOAT16,
+                               slots, num_kv_heads, kv_head, first, last);
+        else
+            attend_tile_vector(tile, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_FLOAT32,
+                               slots, num_kv_heads, kv_head, first, last);
+        return;
+    }
+#endif
+    attend_tile_vector(tile, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head, first,
+                       last);
+}
 
 static void attend_split_vector(const float *queries, int group, int head_dim, const void *k_cache,
                                 const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
@@ -629,6 +424,96 @@ static int attend_items(const DecodeCall *call, const int64_t *first_split, int 
     return failures;
 }
 
+#if defined(VECTOR_PATH)
+/* Whether rows b and b + 1 are consecutive new tokens of one sequence. */
+static int continues_run(const DecodeCall *call, int64_t b) {
+    return call->rows[b + 1] == call->rows[b] && call->seq_lens[b + 1] == call->seq_lens[b] + 1;
+}
+
+/* The rows cut into tiles (runs of one sequence's consecutive new tokens, TILE_ROWS at most): tile t is
+ * rows [tile_start[t], tile_start[t + 1]); returns how many (-1 if out of memory), 0 when no tile would
+ * hold two rows (a decoding step: the decode path's items serve it better). */
+static int64_t cut_tiles(const DecodeCall *call, int64_t **tile_start) {
+    int64_t num_tiles = 0, longest = 1;
+    *tile_start = malloc(sizeof(int64_t) * (size_t)(call->batch + 1));
+    if (*tile_start == NULL) return -1;
+    for (int64_t b = 0; b < call->batch; b++) {
+        if (b == 0 || !continues_run(call, b - 1) || b - (*tile_start)[num_tiles - 1] == TILE_ROWS)
+            (*tile_start)[num_tiles++] = b;
+        if (b + 1 - (*tile_start)[num_tiles - 1] > longest) longest = b + 1 - (*tile_start)[num_tiles - 1];
+    }
+    (*tile_start)[num_tiles] = call->batch;
+    return call->head_dim % 16 == 0 && longest > 1 ? num_tiles : 0;
+}
+
+/* One work item of a tile: split `split` (of its last row's) for one KV head. Rows whose keys end
+ * before the split have none of it; each other row's partial is its own split's, as in decode.
+ * `queries_t` takes the rows' queries, transposed, and then their weighted sums. */
+static void attend_tile_item(const DecodeCall *call, const int64_t *first_split, int64_t first_row_of_tile,
+                             int rows, int64_t split, int kv_head, float *queries_t, float *partials,
+                             int64_t per_split) {
+    const int64_t first = split * call->split_keys;
+    const int group = call->group, head_dim = call->head_dim;
+    int64_t key_ends[TILE_ROWS];
+    float *row_partials[TILE_ROWS];
+    float query[MAX_ITEM_WIDTH];
+    memset(queries_t, 0, sizeof(float) * (size_t)group * head_dim * TILE_ROWS);
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const int64_t b = first_row_of_tile + r, end = r < rows ? call->seq_lens[b] : first;
+        key_ends[r] = end < first ? first : end < first + call->split_keys ? end : first + call->split_keys;
+        row_partials[r] = NULL;
+        if (key_ends[r] == first) continue;
+        row_partials[r] = partials + ((first_split[b] + split) * call->num_kv_heads + kv_head) * per_split;
+        load_queries(call, b, kv_head, 1, query);
+        for (int i = 0; i < group * head_dim; i++) queries_t[i * TILE_ROWS + r] = query[i];
+    }
+    const TileRows tile = {queries_t, queries_t + (int64_t)group * head_dim * TILE_ROWS, key_ends, row_partials};
+    const int64_t *slots = call->req_to_token + call->rows[first_row_of_tile] * call->table_width;
+    attend_tile(&tile, group, head_dim, call->k_cache, call->v_cache, call->cache_dtype, slots, call->num_kv_heads,
+                kv_head, first, key_ends[rows - 1]);
+}
+
+/* Every tile's items (its last row's splits, one KV head each), spread over the threads; a tile of one
+ * row goes the decode path's way. Returns nonzero if a thread's buffer could not be had. */
+static int attend_tiles(const DecodeCall *call, const int64_t *first_split, const int64_t *tile_start,
+                        int64_t num_tiles, float *partials, int64_t per_split) {
+    const int kv_heads = call->num_kv_heads;
+    int64_t *first_item = malloc(sizeof(int64_t) * (size_t)(num_tiles + 1));
+    if (first_item == NULL) return 1;
+    first_item[0] = 0;
+    for (int64_t t = 0; t < num_tiles; t++) {
+        const int64_t last_row = tile_start[t + 1] - 1;
+        first_item[t + 1] = first_item[t] + (first_split[last_row + 1] - first_split[last_row]) * kv_heads;
+    }
+    int failures = 0;
+#pragma omp parallel reduction(+ : failures)
+    {
+        /* A tile's queries, then its weighted sums (both transposed); a decode row's queries. */
+        float *queries = malloc(sizeof(float) * 2 * (size_t)TILE_ROWS * call->group * call->head_dim);
+        failures += queries == NULL;
+        int64_t t = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < first_item[num_tiles]; item++) {
+            if (queries == NULL) continue;
+            while (first_item[t + 1] <= item) t++;
+            while (first_item[t] > item) t--;
+            const int64_t b = tile_start[t], split = (item - first_item[t]) / kv_heads;
+            const int kv_head = (int)((item - first_item[t]) % kv_heads), rows = (int)(tile_start[t + 1] - b);
+            if (rows > 1) {
+                attend_tile_item(call, first_split, b, rows, split, kv_head, queries, partials, per_split);
+            } else {
+                load_queries(call, b, kv_head, 1, queries);
+                attend_item(call, b, split, kv_head, 1, queries,
+                            partials + ((first_split[b] + split) * kv_heads + kv_head) * per_split, per_split);
+            }
+        }
+        free(queries);
+    }
+    free(first_item);
+    return failures;
+}
+#endif
+
 /* Query head g of KV head kv_head of sequence b: its splits joined in order, written to out. */
 static void join_head(const DecodeCall *call, const int64_t *first_split, const float *partials, int64_t per_split,
                       int b, int kv_head, int g) {
@@ -663,6 +548,22 @@ static void join_splits(const DecodeCall *call, const int64_t *first_split, cons
             for (int g = 0; g < call->group; g++) join_head(call, first_split, partials, per_split, b, kv_head, g);
 }
 
+/* Every row's splits attended: by tiles where the step holds prompt rows, else by the decode path's items. */
+static int attend_all(const DecodeCall *call, const int64_t *first_split, float *partials, int64_t per_split) {
+#if defined(VECTOR_PATH)
+    int64_t *tile_start = NULL;
+    const int64_t num_tiles = cut_tiles(call, &tile_start);
+    const int failed = num_tiles < 0 ? 1
+                       : num_tiles > 0 ? attend_tiles(call, first_split, tile_start, num_tiles, partials, per_split)
+                                       : attend_items(call, first_split, heads_per_item(call, first_split[call->batch]),
+                                                      partials, per_split);
+    free(tile_start);
+    return failed;
+#else
+    return attend_items(call, first_split, heads_per_item(call, first_split[call->batch]), partials, per_split);
+#endif
+}
+
 /*
  * q:            [B, num_heads, head_dim] in act_dtype, token stride q_token_stride (elements), heads contiguous
  * k_new, v_new: [B, num_kv_heads, head_dim] in act_dtype, token strides k_token_stride and v_token_stride
@@ -694,7 +595,7 @@ int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const v
     int failed = partials == NULL;
     if (!failed) {
         write_new_tokens(&call);
-        failed = attend_items(&call, first_split, heads_per_item(&call, first_split[batch]), partials, per_split);
+        failed = attend_all(&call, first_split, partials, per_split);
         if (!failed) join_splits(&call, first_split, partials, per_split);
     }
     free(partials);

@@ -27,8 +27,9 @@ only repeat what the random cases send, at the cost of a generation each.
 The schema is the document's fuzzing variant: token counts capped so each
 request stays fast, token ids and top_k bounded by the served model's
 vocabulary, ``/update_weights_from_disk`` left out (it would load a
-checkpoint) and ``/pause_generation`` left out (it would stall every request
-after it).
+checkpoint), ``/pause_generation`` left out (it would stall every request
+after it) and ``/start_profile``, ``/stop_profile`` left out (a recording may
+last an hour, and writes files; tests/e2e/test_profile_on_demand.py checks them).
 
 The budget, sized so the run cannot time out on a busy 2-core machine:
 
@@ -73,7 +74,7 @@ def fuzz_schema(vocab_size: int | None = None):
     document = openapi.build_document(
         max_tokens_limit=FUZZ_MAX_TOKENS,
         include_update_weights=False,
-        exclude_paths=("/pause_generation",),
+        exclude_paths=("/pause_generation", "/start_profile", "/stop_profile"),
         vocab_size=vocab_size,
     )
     return schemathesis.openapi.from_dict(document)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
+import tempfile
 from types import SimpleNamespace
 
 import httpx
@@ -86,15 +88,20 @@ class StandInTokenizerManager:
     # No LoRA adapters: a model name other than MODEL is a 404 at the HTTP edge.
     serves_lora = False
     context_len = 64
-    # The default configuration (the control routes read [server] from it).
-    context = SimpleNamespace(config=TercetConfig())
+    # The default configuration (the control routes read [server] from it), but for profile_dir:
+    # a /start_profile sent here makes its directory in the temporary directory, not in the user's home.
+    context = SimpleNamespace(config=TercetConfig().replace(
+        "server", profile_dir=os.path.join(tempfile.gettempdir(), "tercet-stand-in-profiles")))
     vocab_size = 100
     tokenizer = StandInTokenizer()
     # A decoder that also embeds (4 dimensions).
     abilities = ModelAbilities(can_generate=True, pooling=Pooling("mean", True, "stand-in"), embedding_size=4)
 
-    def __init__(self, script: list | None = None, healthy: bool = True):
+    def __init__(self, script: list | None = None, healthy: bool = True, answers_logprobs: bool = False):
         self.script = script
+        # Whether unscripted pieces carry the log-probabilities a request asks for, as a scheduler's do (by
+        # default they carry none, so that a route's handling of a server that fails to send them shows).
+        self.answers_logprobs = answers_logprobs
         self.healthy = healthy
         self.failures = ContainedFailures("server")
         self.requests: list[GenerateRequest] = []
@@ -120,6 +127,8 @@ class StandInTokenizerManager:
         script = self.script
         if script is None:  # the same pieces for every completion (n of each prompt)
             pieces = STREAMED if request.stream else WHOLE
+            if self.answers_logprobs:
+                pieces = answered_logprobs(pieces, request.sampling_params)
             script = [dataclasses.replace(p, index=i) for i in range(request.num_completions) for p in pieces]
         self.outputs.append(ScriptedOutputs(request.rid or "rid-0", script))
         return self.outputs[-1]
@@ -185,3 +194,14 @@ def with_logprobs(output: GenerateOutput, top=None) -> GenerateOutput:
     logprobs = [-0.5] * len(output.token_ids)
     tops = [[[token_id, -0.5], [8, -2.0]] for token_id in output.token_ids] if top is None else top
     return dataclasses.replace(output, output_logprobs=TokenLogprobs(list(output.token_ids), logprobs, tops))
+
+
+def answered_logprobs(pieces: list[GenerateOutput], sampling_params) -> list[GenerateOutput]:
+    """``pieces`` with the log-probabilities ``sampling_params`` ask for: the output's, and the prompt's
+    (PROMPT_LOGPROBS) on the first piece."""
+    if sampling_params.return_logprob:
+        pieces = [with_logprobs(piece) for piece in pieces]
+    if sampling_params.return_prompt_logprob:
+        pieces = [dataclasses.replace(pieces[0], prompt_logprobs=PROMPT_LOGPROBS,
+                                      prompt_token_ids=list(PROMPT_LOGPROBS.token_ids)), *pieces[1:]]
+    return pieces

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from http_stand_in import StandInTokenizerManager
@@ -33,6 +34,13 @@ ROUTES = {
     for operation in item.values()
     if isinstance(operation, dict) and "requestBody" in operation
 }
+
+
+def with_path_parameters(path: str) -> str:
+    """``path`` with each ``{parameter}`` filled in (``/sessions/{name}/save``: a session named "example")."""
+    return re.sub(r"\{\w+\}", "example", path)
+
+
 # Bodies per place of a schema, and well-formed ones per route; TERCET_PROPERTY_EXAMPLES raises it for a long run.
 EXAMPLES = int(os.environ.get("TERCET_PROPERTY_EXAMPLES", "8"))
 
@@ -44,7 +52,7 @@ def test_every_generation_route_is_covered():
 
 @pytest.fixture(scope="module")
 def client():
-    app = create_app(StandInTokenizerManager())
+    app = create_app(StandInTokenizerManager(answers_logprobs=True))
     with TestClient(app, base_url="http://localhost", raise_server_exceptions=False) as client:
         yield client
 
@@ -58,7 +66,7 @@ def _answers_every(client, path: str, bodies: st.SearchStrategy, examples: int) 
     @given(body=bodies)
     def check(body):
         # Sent as JSON text: json.dumps escapes a lone surrogate, as a client's JSON would carry one.
-        response = client.post(path, content=json.dumps(body), headers={"content-type": "application/json"})
+        response = client.post(with_path_parameters(path), content=json.dumps(body), headers={"content-type": "application/json"})
         statuses.add(response.status_code)
         assert response.status_code < 500, f"{response.status_code} for {json.dumps(body)}: {response.text[:500]}"
 

@@ -90,3 +90,28 @@ def test_lora_adapters_loaded_and_requests_per_adapter_are_published():
     assert sample(registry, "tercet:lora_adapters_loaded", "1") == 0
     assert sample(registry, "tercet:lora_requests_total", lora_name="sql") == 3
     assert sample(registry, "tercet:lora_requests_total", lora_name="chat") == 1
+
+
+def test_a_kv_storage_tier_is_published_by_tier_only_while_one_is_configured():
+    collector, registry, _ = collector_in_registry()
+    collector.reported(report(0))
+    assert sample(registry, "tercet:kv_storage_lookups_total", tier="file") is None
+    collector.reported(report(
+        0, kv_storage_tier="file", kv_storage_lookups=8, kv_storage_hits=6, kv_storage_evictions=40,
+        kv_storage_pages_written=38, kv_storage_pages_read=30, kv_storage_bytes_written=3800,
+        kv_storage_bytes_read=3000, kv_storage_pages_corrupt=1,
+        kv_storage_read_back_time=HistogramCounts([0.01, 0.1], [4, 6, 6], 0.2)))
+    assert sample(registry, "tercet:kv_storage_lookups_total", tier="file") == 8
+    assert sample(registry, "tercet:kv_storage_hit_rate", tier="file") == 0.75
+    assert sample(registry, "tercet:kv_storage_evictions_total", tier="file") == 40
+    assert sample(registry, "tercet:kv_storage_written_bytes_total", tier="file") == 3800
+    assert sample(registry, "tercet:kv_storage_read_bytes_total", tier="file") == 3000
+    assert sample(registry, "tercet:kv_storage_pages_corrupt_total", tier="file") == 1
+    assert sample(registry, "tercet:kv_storage_read_back_seconds_bucket", tier="file", le="0.01") == 4
+    assert sample(registry, "tercet:kv_storage_read_back_seconds_count", tier="file") == 6
+
+
+def test_a_report_with_a_malformed_read_back_histogram_is_dropped():
+    collector, _, _ = collector_in_registry()
+    assert not collector.reported(report(0, kv_storage_tier="host",
+                                         kv_storage_read_back_time=HistogramCounts([0.1], [3, 1], 0.0)))

@@ -8,8 +8,10 @@ runs; the driver (decode_attention_driver.c, the kernel compiled in whole) is
 cross-compiled at each aarch64 level and run under user-mode qemu, and its output
 and caches must be the same bytes. The cases: the default model's heads (3 KV
 heads of 3 query heads, 64 wide), one query head a KV head 128 wide, 8 a KV head;
-sequences of 1, 15, 16, 17, 100 and 700 keys (partial blocks, several splits);
-bfloat16 and float32 caches. The driver's x86 build is checked against the library
+a decoding step over sequences of 1, 15, 16, 17, 100 and 700 keys (partial blocks,
+several splits), and a step with prompt tokens (the prompt tiles: prefills, chunks
+after a prefix, across splits, and a decode row beside them); bfloat16 and float32
+caches. The driver's x86 build is checked against the library
 first, so that a difference is the kernel's, not the driver's.
 """
 
@@ -32,6 +34,8 @@ DRIVER = Path(__file__).with_name("decode_attention_driver.c")
 INCLUDES = (*NATIVE_INCLUDE, "-I", str(REPO / "plugins" / "paged_cpu_attention"))
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 SEQ_LENS = (1, 15, 16, 17, 100, 700)
+# Each step's sequences as (cached prefix, new tokens).
+STEPS = {"decode": tuple((length - 1, 1) for length in SEQ_LENS), "prompt": ((0, 40), (250, 20), (9, 1), (690, 17))}
 # (num_kv_heads, group, head_dim, split_keys): the default model's heads with the backend's splits, and
 # small splits (many per sequence, joined in order).
 SHAPES = ((3, 3, 64, 256), (2, 1, 128, 32), (1, 8, 64, 64))
@@ -43,25 +47,30 @@ def _tools():
     require_tools()
 
 
-def _tensors(seed: int, num_kv_heads: int, group: int, head_dim: int, dtype: torch.dtype) -> dict:
-    """A decode step: each sequence's cache rows scattered over the slots, its new token's slot last."""
+def _tensors(seed: int, spans, num_kv_heads: int, group: int, head_dim: int, dtype: torch.dtype) -> dict:
+    """A step: each sequence's cache rows scattered over the slots, a kernel row for each new token."""
     generator = torch.Generator().manual_seed(seed)
-    batch, heads = len(SEQ_LENS), num_kv_heads * group
-    slots = sum(SEQ_LENS) + 8
+    heads, lengths = num_kv_heads * group, [prefix + new for prefix, new in spans]
+    slots = sum(lengths) + 8
     order = torch.randperm(slots, generator=generator)
-    table = torch.zeros(batch + 1, max(SEQ_LENS), dtype=torch.int64)
-    used = 0
-    for b, length in enumerate(SEQ_LENS):
-        table[b + 1, :length] = order[used:used + length]
-        used += length
+    table = torch.zeros(len(spans) + 1, max(lengths), dtype=torch.int64)
+    used, rows, seq_lens, out_cache_loc = 0, [], [], []
+    for b, (prefix, new) in enumerate(spans):
+        table[b + 1, :prefix + new] = order[used:used + prefix + new]
+        used += prefix + new
+        for position in range(prefix, prefix + new):
+            rows.append(b + 1)
+            seq_lens.append(position + 1)
+            out_cache_loc.append(int(table[b + 1, position]))
+    batch = len(rows)
     def random(*shape):
         return (torch.randn(*shape, generator=generator) * 2).to(dtype)
     return {
         "q": random(batch, heads, head_dim), "k_new": random(batch, num_kv_heads, head_dim),
         "v_new": random(batch, num_kv_heads, head_dim), "k_cache": random(slots, num_kv_heads, head_dim),
         "v_cache": random(slots, num_kv_heads, head_dim), "table": table,
-        "rows": torch.arange(1, batch + 1, dtype=torch.int64), "seq_lens": torch.tensor(SEQ_LENS, dtype=torch.int64),
-        "out_cache_loc": torch.tensor([int(table[b + 1, length - 1]) for b, length in enumerate(SEQ_LENS)]),
+        "rows": torch.tensor(rows, dtype=torch.int64), "seq_lens": torch.tensor(seq_lens, dtype=torch.int64),
+        "out_cache_loc": torch.tensor(out_cache_loc, dtype=torch.int64),
     }
 
 
@@ -69,12 +78,13 @@ def _on_x86(t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: i
     """The library's output and caches after the call, at the CPU's best level."""
     kernel, k_cache, v_cache = load_kernel(level=best_level()), t["k_cache"].clone(), t["v_cache"].clone()
     heads, dtype = num_kv_heads * group, t["q"].dtype
-    out = torch.empty(len(SEQ_LENS), heads * head_dim, dtype=dtype)
+    batch = t["rows"].shape[0]
+    out = torch.empty(batch, heads * head_dim, dtype=dtype)
     status = kernel(
         t["q"].data_ptr(), heads * head_dim, t["k_new"].data_ptr(), num_kv_heads * head_dim, t["v_new"].data_ptr(),
         num_kv_heads * head_dim, DTYPE_CODES[dtype], k_cache.data_ptr(), v_cache.data_ptr(), DTYPE_CODES[dtype],
         _pointer(t["table"]), t["table"].stride(0), _pointer(t["rows"]), _pointer(t["seq_lens"]),
-        _pointer(t["out_cache_loc"]), out.data_ptr(), len(SEQ_LENS), heads, num_kv_heads, head_dim,
+        _pointer(t["out_cache_loc"]), out.data_ptr(), batch, heads, num_kv_heads, head_dim,
         head_dim ** -0.5, split_keys)
     assert status == 0
     return b"".join(tensor.view(torch.uint8).numpy().tobytes() for tensor in (out, k_cache, v_cache))
@@ -86,7 +96,7 @@ def _pointer(tensor: torch.Tensor):
 
 def _case_file(path: Path, t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: int) -> Path:
     dtype = t["q"].dtype
-    header = struct.pack("<10q", len(SEQ_LENS), num_kv_heads * group, num_kv_heads, head_dim, split_keys,
+    header = struct.pack("<10q", t["rows"].shape[0], num_kv_heads * group, num_kv_heads, head_dim, split_keys,
                          DTYPE_CODES[dtype], DTYPE_CODES[dtype], t["k_cache"].shape[0], *t["table"].shape)
     header += struct.pack("<f", head_dim ** -0.5)
     parts = ("q", "k_new", "v_new", "k_cache", "v_cache", "table", "rows", "seq_lens", "out_cache_loc")
@@ -100,11 +110,12 @@ def cases(tmp_path_factory) -> list[tuple[Path, bytes]]:
     folder = tmp_path_factory.mktemp("attention_cases")
     made = []
     for index, (num_kv_heads, group, head_dim, split_keys) in enumerate(SHAPES):
-        for dtype in (torch.bfloat16, torch.float32):
-            t = _tensors(index, num_kv_heads, group, head_dim, dtype)
-            name = f"kv{num_kv_heads}_g{group}_d{head_dim}_s{split_keys}_{str(dtype).removeprefix('torch.')}.case"
-            made.append((_case_file(folder / name, t, num_kv_heads, group, head_dim, split_keys),
-                         _on_x86(t, num_kv_heads, group, head_dim, split_keys)))
+        for step, spans in STEPS.items():
+            for dtype in (torch.bfloat16, torch.float32):
+                t = _tensors(index, spans, num_kv_heads, group, head_dim, dtype)
+                name = f"{step}_kv{num_kv_heads}_g{group}_d{head_dim}_s{split_keys}_{str(dtype).removeprefix('torch.')}"
+                made.append((_case_file(folder / f"{name}.case", t, num_kv_heads, group, head_dim, split_keys),
+                             _on_x86(t, num_kv_heads, group, head_dim, split_keys)))
     return made
 
 

@@ -26,28 +26,9 @@ def cached_tokens_of(harness):
     return harness.cached_tokens
 
 
-@pytest.fixture
-def recording(make_harness):
-    def make(**options):
-        harness = make_harness(**options)
-        harness.cached_tokens = {}
-        step = harness.step
-
-        def recording_step():
-            outputs = step()
-            for output in outputs:
-                harness.cached_tokens.update(zip(output.rids, output.cached_tokens))
-            return outputs
-
-        harness.step = recording_step
-        return harness
-
-    return make
-
-
-def test_prefix_cache_gives_the_same_outputs_and_reports_cached_tokens(recording):
-    with_cache = recording(max_total_tokens=1024)
-    without_cache = recording(max_total_tokens=1024, settings=["cache.prefix_cache=false"])
+def test_prefix_cache_gives_the_same_outputs_and_reports_cached_tokens(make_harness):
+    with_cache = make_harness(max_total_tokens=1024)
+    without_cache = make_harness(max_total_tokens=1024, settings=["cache.prefix_cache=false"])
     assert shared_prefix_workload(with_cache) == shared_prefix_workload(without_cache)
     assert with_cache.cached_tokens["r0"] == 0
     assert all(with_cache.cached_tokens[f"r{i}"] == 64 for i in (1, 2, 3))
@@ -57,8 +38,8 @@ def test_prefix_cache_gives_the_same_outputs_and_reports_cached_tokens(recording
     assert fed_prompt_lengths == [67, 3, 3, 3]
 
 
-def test_unreferenced_cached_prefixes_are_evicted_when_memory_is_short(recording):
-    harness = recording(max_total_tokens=128)
+def test_unreferenced_cached_prefixes_are_evicted_when_memory_is_short(make_harness):
+    harness = make_harness(max_total_tokens=128)
     for index in range(6):
         harness.send(TokenizedGenerateReq(f"d{index}", [1000 + 100 * index + t for t in range(40)], greedy(4)))
         harness.run_until_finished()

@@ -8,6 +8,7 @@ as a third party passes its own path item; their request schemas are in
 from __future__ import annotations
 
 from tercet.http.control.control_api import TIMEOUT_RANGE
+from tercet.http.control.profile_api import ACTIVITY_NAMES, NUM_STEPS_RANGE, SECONDS_RANGE
 from tercet.http.openapi.openapi_operations import (
                                    generation_operation,
                                    json_content,
@@ -80,3 +81,17 @@ UNLOAD_LORA_ADAPTER = {"post": operation("unloadLoraAdapter", "Unload a LoRA ada
                                          request_body(_UNLOAD_LORA))}
 UPDATE_WEIGHTS_FROM_DISK = {"post": operation("updateWeightsFromDisk", "Load new weights",
                                               responses(_DONE, "400", "401", "413"), request_body(_UPDATE))}
+_START_PROFILE = object_schema({
+    "output_dir": nullable({"type": "string", "minLength": 1,
+                            "description": "a directory relative to [server] profile_dir (default: date and time)"}),
+    "activities": nullable({"type": "array", "items": {"type": "string", "enum": list(ACTIVITY_NAMES)},
+                            "minItems": 1, "uniqueItems": True}),
+    "seconds": nullable(ranged(SECONDS_RANGE, description="record this long, then answer with the traces")),
+    "num_steps": nullable({"type": "integer", "minimum": NUM_STEPS_RANGE.minimum, "maximum": NUM_STEPS_RANGE.maximum,
+                           "description": "record this many model steps per rank, then answer with the traces"}),
+    "timeout": nullable(ranged(TIMEOUT_RANGE, description="seconds num_steps may take at most")),
+})
+START_PROFILE = {"post": operation("startProfile", "Record a torch profile on every rank",
+                                   responses(_DONE, "400", "401", "409", "413"), request_body(_START_PROFILE, False))}
+STOP_PROFILE = {"post": operation("stopProfile", "End the recording; every rank's trace file",
+                                  responses(_DONE, "401", "409"))}

@@ -72,6 +72,8 @@ def test_every_builtin_route_is_described():
         ("/pause_generation", "post"),
         ("/continue_generation", "post"),
         ("/update_weights_from_disk", "post"),
+        ("/start_profile", "post"),
+        ("/stop_profile", "post"),
     }
     assert expected <= operations
 

@@ -1,0 +1,173 @@
+/*
+ * A prompt's rows attended a tile at a time: up to 16 consecutive new tokens of one sequence, one per
+ * vector lane, for one KV head, against one split of its keys. Included by decode_attention.c, on the
+ * vector path, after softmax_block16.
+ *
+ * Each row does what the decode path (attend_block) does for it alone, so that its bits are those of
+ * the row decoded alone, whatever its tile, its prompt's chunking or the prefix cache (bit for bit
+ * against the decode path: tests/plugins/paged_cpu_attention/test_prompt_tiles.py):
+ *   - the same key blocks from the same split starts;
+ *   - a key's score from the same 16 lane-wise product chains (lane l: dimensions l, l + 16, ...),
+ *     folded by sum_each's tree (l + 8, then + 4, + 2, + 1);
+ *   - softmax_block16's online softmax over the row's own count of keys in the block;
+ *   - the values added in key order.
+ * The difference is where the lanes go. The decode path has one row, so its lanes are dimensions and a
+ * score ends in a cross-lane tree (45 shuffles and adds for 16 keys) and a scalar softmax. Here the lanes
+ * are the tile's rows: the 16 chains are 16 registers, the tree is 15 plain adds, and the softmax's
+ * maxima, exponentials and in-order sums run for 16 rows at once. A block's keys and values are widened
+ * to float32 once for all the rows.
+ */
+#ifndef TERCET_PROMPT_TILES_H
+#define TERCET_PROMPT_TILES_H
+
+/* Rows in one tile: one a lane. */
+#define TILE_ROWS 16
+/* Keys scored at once against one query head of each row, so that each load of the queries serves as
+ * many keys. */
+#define KEYS_AT_ONCE 4
+
+/* The block's `count` key and value rows (their cache rows in `rows`) as float32, head_dim apart. */
+VECTOR_INLINE void widen_block(const void *k_cache, const void *v_cache, int cache_dtype, int head_dim,
+                               const int64_t *rows, int count, float *keys, float *values) {
+    for (int j = 0; j < count; j++)
+        for (int c = 0; c < head_dim / 16; c++) {
+            storeu16(keys + j * head_dim + c * 16, load16(k_cache, cache_dtype, rows[j] + c * 16));
+            storeu16(values + j * head_dim + c * 16, load16(v_cache, cache_dtype, rows[j] + c * 16));
+        }
+    /* Zeros up to the next four keys, which key_chains reads (their scores are not used). */
+    const int padded = (count + KEYS_AT_ONCE - 1) / KEYS_AT_ONCE * KEYS_AT_ONCE;
+    memset(keys + count * head_dim, 0, sizeof(float) * (size_t)(padded - count) * head_dim);
+}
+
+/* Chain `lane` of each of the four keys: the products of dimensions lane, lane + 16, ... in that
+ * order, as the decode path's lane `lane` forms them. */
+VECTOR_INLINE void key_chains(const float *queries_t, int head_dim, const float *keys, int lane, vec16 *chain) {
+    for (int k = 0; k < KEYS_AT_ONCE; k++) chain[k] = zero16();
+    for (int c = 0; c < head_dim / 16; c++) {
+        const vec16 query = loadu16(queries_t + (c * 16 + lane) * 16);
+        for (int k = 0; k < KEYS_AT_ONCE; k++)
+            chain[k] = fma16(query, broadcast16(keys[k * head_dim + c * 16 + lane]), chain[k]);
+    }
+}
+
+/* Chains `lane` and lane + `width` of each key, as `folded` (the fold of chains lane, lane + 2 width,
+ * ..., by `fold`), added: one round of sum_each's tree. Each pair is added as soon as it is formed,
+ * which keeps few chains live. */
+#define FOLD_ROUND(name, fold, width)                                                                     \
+    VECTOR_INLINE void name(const float *queries_t, int head_dim, const float *keys, int lane, vec16 *folded) { \
+        vec16 high[KEYS_AT_ONCE];                                                                         \
+        fold(queries_t, head_dim, keys, lane, folded);                                                    \
+        fold(queries_t, head_dim, keys, lane + (width), high);                                            \
+        for (int k = 0; k < KEYS_AT_ONCE; k++) folded[k] = add16(folded[k], high[k]);                     \
+    }
+FOLD_ROUND(chains_plus_8, key_chains, 8)
+FOLD_ROUND(chains_plus_4, chains_plus_8, 4)
+FOLD_ROUND(chains_plus_2, chains_plus_4, 2)
+FOLD_ROUND(key_scores, chains_plus_2, 1)
+
+/* softmax_block16 for 16 rows at once: `score` (the block's `count` keys, a vector of rows each)
+ * becomes the weights, in place; a row sees the first `seen` (a lane each) of the keys, and its weights
+ * past them are zero. Returns each row's factor for its weighted sum (1 where its maximum stayed). */
+VECTOR_INLINE vec16 softmax_rows(vec16 *score, int count, vec16 seen, vec16 *maximum, vec16 *sum) {
+    const vec16 minus_infinity = broadcast16(-INFINITY);
+    vec16 block_max = *maximum, total = zero16();
+    for (int j = 0; j < count; j++) block_max = max16(select_below16(broadcast16((float)j), seen, score[j], minus_infinity), block_max);
+    const vec16 rescale = select_below16(*maximum, block_max, exp16(sub16(*maximum, block_max)), broadcast16(1.0f));
+    for (int j = 0; j < count; j++) {
+        score[j] = select_below16(broadcast16((float)j), seen, exp16(sub16(score[j], block_max)), zero16());
+        total = add16(total, score[j]);
+    }
+    *sum = add16(mul16(*sum, rescale), total);
+    *maximum = block_max;
+    return rescale;
+}
+
+/* One query head's weights (`weight`: the block's `count` keys, a vector of rows each) times the
+ * block's values, added in key order into its weighted sums (`acc_t`: [head_dim][16 rows]), scaled
+ * first by `rescale` (1 in the rows whose maximum stayed: the same sums). Per row and dimension, the
+ * decode path's operations: acc = weight × value + acc, key after key. A row adds only the keys it sees
+ * (`seen`): past the fewest any row sees, each sum keeps its old value where its row sees no more. */
+VECTOR_INLINE void add_weighted_values(const vec16 *weight, vec16 rescale, int count, vec16 seen, int fewest_seen,
+                                       int head_dim, const float *values, float *acc_t) {
+    for (int c = 0; c < head_dim / 16; c++) {
+        vec16 acc[16];
+        for (int l = 0; l < 16; l++) acc[l] = mul16(loadu16(acc_t + (c * 16 + l) * 16), rescale);
+        for (int j = 0; j < fewest_seen; j++)
+            for (int l = 0; l < 16; l++) acc[l] = fma16(weight[j], broadcast16(values[j * head_dim + c * 16 + l]), acc[l]);
+        for (int j = fewest_seen; j < count; j++)
+            for (int l = 0; l < 16; l++)
+                acc[l] = select_below16(broadcast16((float)j), seen,
+                                        fma16(weight[j], broadcast16(values[j * head_dim + c * 16 + l]), acc[l]), acc[l]);
+        for (int l = 0; l < 16; l++) storeu16(acc_t + (c * 16 + l) * 16, acc[l]);
+    }
+}
+
+/* The rows of one tile and one KV head, against one split: what attend_tile_vector reads and adds into. */
+typedef struct {
+    const float *queries_t;  /* [group][head_dim][16 rows], scaled; zero in lanes of no row */
+    float *acc_t;            /* [group][head_dim][16 rows]: the weighted sums, transposed as the queries */
+    const int64_t *key_ends; /* [16]: row r sees keys before key_ends[r] (first, for no row or none) */
+    float *const *partials;  /* [16]: each row's partial (maxima, sums, weighted sums), or NULL */
+} TileRows;
+
+/* One block's keys and values (widened) against the tile, for each query head: the scores, the softmax
+ * and the weighted sums of all the rows. Lanes of no row count as seeing every key: they are never read. */
+VECTOR_INLINE void attend_tile_block(const TileRows *tile, int group, int head_dim, const float *keys,
+                                     const float *values, int64_t start, int count, vec16 *maxima, vec16 *sums) {
+    float seen_by_row[16];
+    int fewest_seen = 16;
+    for (int r = 0; r < 16; r++) {
+        const int64_t keys_seen = tile->partials[r] == NULL ? 16 : tile->key_ends[r] - start;
+        seen_by_row[r] = keys_seen <= 0 ? 0.0f : keys_seen < 16 ? (float)keys_seen : 16.0f;
+        if ((int)seen_by_row[r] < fewest_seen) fewest_seen = (int)seen_by_row[r];
+    }
+    const vec16 seen = loadu16(seen_by_row);
+    vec16 weight[16 + KEYS_AT_ONCE];
+    for (int g = 0; g < group; g++) {
+        for (int j = 0; j < count; j += KEYS_AT_ONCE)
+            key_scores(tile->queries_t + g * head_dim * 16, head_dim, keys + j * head_dim, 0, weight + j);
+        const vec16 rescale = softmax_rows(weight, count, seen, maxima + g, sums + g);
+        add_weighted_values(weight, rescale, count, seen, fewest_seen < count ? fewest_seen : count, head_dim, values,
+                            tile->acc_t + g * head_dim * 16);
+    }
+}
+
+/* Each row's maxima, sums and weighted sums (lanes of the tile's vectors) into its partial. */
+VECTOR_INLINE void write_partials(const TileRows *tile, int group, int head_dim, const vec16 *maxima,
+                                  const vec16 *sums) {
+    float lanes[2][16];
+    for (int g = 0; g < group; g++) {
+        storeu16(lanes[0], maxima[g]);
+        storeu16(lanes[1], sums[g]);
+        for (int r = 0; r < 16; r++) {
+            float *partial = tile->partials[r];
+            if (partial == NULL) continue;
+            partial[g] = lanes[0][r];
+            partial[group + g] = lanes[1][r];
+            for (int d = 0; d < head_dim; d++) partial[2 * group + g * head_dim + d] = tile->acc_t[(g * head_dim + d) * 16 + r];
+        }
+    }
+}
+
+/* The tile's rows against keys [first, last) of one KV head (slots: its sequence's), into their partials. */
+VECTOR_INLINE void attend_tile_vector(const TileRows *tile, int group, int head_dim, const void *k_cache,
+                                      const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
+                                      int kv_head, int64_t first, int64_t last) {
+    float keys[16 * MAX_HEAD_DIM], values[16 * MAX_HEAD_DIM];
+    int64_t cache_rows[16];
+    vec16 maxima[MAX_GROUP], sums[MAX_GROUP];
+    for (int g = 0; g < group; g++) {
+        maxima[g] = broadcast16(-INFINITY);
+        sums[g] = zero16();
+    }
+    memset(tile->acc_t, 0, sizeof(float) * (size_t)group * head_dim * 16);
+    for (int64_t start = first; start < last; start += 16) {
+        const int count = last - start < 16 ? (int)(last - start) : 16;
+        for (int j = 0; j < count; j++) cache_rows[j] = (slots[start + j] * num_kv_heads + kv_head) * head_dim;
+        widen_block(k_cache, v_cache, cache_dtype, head_dim, cache_rows, count, keys, values);
+        attend_tile_block(tile, group, head_dim, keys, values, start, count, maxima, sums);
+    }
+    write_partials(tile, group, head_dim, maxima, sums);
+}
+
+#endif
