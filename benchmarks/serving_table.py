@@ -7,7 +7,8 @@ synthetic prompts from a seed); only one server runs at a time.
     python benchmarks/serving_table.py --system tercet-fp32 --system tercet-bf16 \\
         --system "llama.cpp-q4_1=/tmp/llamacpp/serve.sh" --json-out /tmp/table.json
 
-A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16``, ``tercet-avx2``, ``tercet-avx512vnni`` or
+A ``--system`` is ``tercet``, ``tercet-fp32``, ``tercet-bf16``, ``tercet-avx2``, ``tercet-avx512vnni``,
+``tercet-kv-int8``, ``tercet-kv-fp8`` or
 ``NAME=COMMAND``: a shell command that starts a server on ``$PORT`` (its ``-np``/slots from ``$NP``).
 The server's whole process tree (its session) is sampled for PSS: once when healthy (idle) and every
 0.25 s during each load (peak). The markdown table goes to stdout; progress and server logs to stderr
@@ -44,6 +45,9 @@ TERCET_SYSTEMS = {
     # The code of a CPU with AVX-512 VNNI but no BF16 (Cascade Lake, Ice Lake): the block kernel's AVX2 code
     # with 256-bit vpdpbusd, AVX-512 elsewhere.
     "tercet-avx512vnni": ["--set", "model.cpu_isa=avx512vnni"],
+    # The default with a quantized KV cache (a float16 scale a token and head) in the same kv_cache_memory.
+    "tercet-kv-int8": ["--set", "cache.kv_dtype=int8"],
+    "tercet-kv-fp8": ["--set", "cache.kv_dtype=fp8_e4m3"],
 }
 
 

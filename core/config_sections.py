@@ -34,6 +34,9 @@ DIRECTORY_MEANING = 'an absolute directory path such as "/srv/checkpoints"'
 
 # The weight and KV dtypes a model runs in (torch's names); "auto" picks one by device.
 DTYPE_NAMES = ("float32", "bfloat16")
+# What [cache] kv_dtype stores K/V as: the activations' dtype ("auto"), another float dtype, or a
+# quantized one with a scale per token and KV head (tercet.model.kv_dtypes).
+KV_DTYPE_NAMES = ("auto", *DTYPE_NAMES, "int8", "fp8_e4m3")
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,9 @@ class CacheConfig:
     host_bytes: str = field(default="1GiB", metadata={"byte_size": True})
     file_dir: str = ""
     file_bytes: str = field(default="8GiB", metadata={"byte_size": True})
+    # What the pool stores K/V as: "auto" (the activations' dtype), "bfloat16", "float32", or
+    # quantized, "int8" or "fp8_e4m3" (about twice the tokens in model.kv_cache_memory; CPU, paged_cpu only).
+    kv_dtype: str = _choice("auto", *KV_DTYPE_NAMES)
 
 
 @dataclass(frozen=True)

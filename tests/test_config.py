@@ -75,6 +75,17 @@ def test_choice_error_lists_allowed_values():
         load_config(environ={}, overrides=parse_set_options(["model.dtype=half"]))
 
 
+def test_the_kv_dtype_is_auto_unless_set_and_an_unknown_one_is_named_with_the_allowed(tmp_path):
+    assert load_config(environ={}).cache.kv_dtype == "auto"
+    toml = tmp_path / "int8.toml"
+    toml.write_text('[cache]\nkv_dtype = "int8"\n')
+    assert load_config(str(toml), environ={}).cache.kv_dtype == "int8"
+    assert load_config(environ={"TERCET_CACHE_KV_DTYPE": "fp8_e4m3"}).cache.kv_dtype == "fp8_e4m3"
+    with pytest.raises(ConfigError, match='cache.kv_dtype = "int4" is not allowed; allowed: "auto", "float32", '
+                                          '"bfloat16", "int8", "fp8_e4m3"'):
+        load_config(environ={}, overrides=parse_set_options(["cache.kv_dtype=int4"]))
+
+
 def test_toml_type_errors_are_named(tmp_path):
     toml = tmp_path / "bad.toml"
     toml.write_text('[server]\nport = "eighty"\n')

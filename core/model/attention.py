@@ -33,10 +33,18 @@ class AttentionLayout:
     # its batch-mates, its prompt's chunking or the prefix cache; a backend that cannot promise
     # it raises ConfigError when it is made.
     deterministic: bool = False
+    # The KV cache's dtype ([cache] kv_dtype); None: the activations' ``dtype``. A quantized one
+    # (tercet.model.kv_cache.QUANTIZED_KV_DTYPES) is refused at creation by a backend that cannot
+    # read it in place.
+    kv_dtype: torch.dtype | None = None
 
     @property
     def scaling(self) -> float:
         return self.head_dim**-0.5
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return self.kv_dtype if self.kv_dtype is not None else self.dtype
 
 
 class AttentionBackend(abc.ABC):

@@ -3,7 +3,8 @@
 Every backend is registered on every machine, so ``tercet plugins`` lists one
 that cannot run here, with the reason (``unavailable_reason``); choosing it
 anyway fails at start-up with that reason, as does asking it for
-``model.deterministic`` when it cannot promise it. Only then is ``build``
+``model.deterministic`` when it cannot promise it, or for a quantized KV cache
+(``cache.kv_dtype``) it does not say it reads. Only then is ``build``
 called: it alone imports torch and the kernels' library, so a plugin's
 module stays cheap to import in every process.
 """
@@ -39,6 +40,9 @@ class AttentionBackendFactory:
     layout_problem: Callable[["AttentionLayout"], str | None] = fits_any_layout
     # Why it cannot promise model.deterministic; None when it can.
     deterministic_refusal: str | None = None
+    # True: it reads a quantized KV cache (cache.kv_dtype int8 or fp8_e4m3: values and their scales) in
+    # place. A backend that does not say so is refused one rather than reading its bytes as floats.
+    reads_quantized_cache: bool = False
 
     def unavailable_reason(self) -> str | None:
         """What ``tercet plugins`` shows: None when the backend can run here."""
@@ -52,4 +56,17 @@ class AttentionBackendFactory:
             raise ConfigError(
                 f"attention.backend {self.name} cannot serve model.deterministic = true: {self.deterministic_refusal}"
             )
+        if not self.reads_quantized_cache:
+            _refuse_quantized_cache(self.name, layout)
         return self.build(layout)
+
+
+def _refuse_quantized_cache(name: str, layout: "AttentionLayout") -> None:
+    from tercet.model.kv_dtypes import is_quantized_kv_dtype, kv_dtype_name
+
+    if is_quantized_kv_dtype(layout.cache_dtype):
+        raise ConfigError(
+            f'attention.backend {name} cannot read a quantized KV cache (cache.kv_dtype = '
+            f'"{kv_dtype_name(layout.cache_dtype)}") in place: use attention.backend = "paged_cpu" on a CPU, '
+            'or cache.kv_dtype = "auto"'
+        )

@@ -31,7 +31,8 @@ from tercet.model.decode_graphs import CudaGraphCapturer, DecodeGraphs
 from tercet.model.determinism import require_batch_invariant_layers
 from tercet.model.forward_batch import ForwardBatch
 from tercet.model.fused_ops import runner_steps_for
-from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool
+from tercet.model.kv_cache import PageAllocator, PagedKVCache, ReqToTokenPool, kv_bytes_per_token
+from tercet.model.kv_dtypes import check_quantized_cache_runs, kv_dtype_name, resolve_kv_dtype
 from tercet.model.layer_runner_choice import choose_layer_runner
 from tercet.model.llama import LlamaForCausalLM, LlamaShape
 from tercet.model.native_layers import load_layers_runner
@@ -80,13 +81,17 @@ class ModelRunner:
         self.device = resolve_device(model.device)
         quantized = _runs_quantized(self.checkpoint, self.linear_methods)
         self.dtype = resolve_dtype(model.dtype, self.device, quantized=quantized)
+        # What the KV pool stores ([cache] kv_dtype); refused here where a quantized cache cannot run.
+        self.kv_dtype = resolve_kv_dtype(cache.kv_dtype, self.dtype)
+        check_quantized_cache_runs(self.kv_dtype, self.device, tp.size)
         self.tp = tp
         self.graph_max_batch = min(model.cuda_graph_max_batch, max_running_requests)
         shape = self.architecture.shape(self.config)
         shards = LlamaShards.of(shape, tp)
         self._size_kv_pool(shape, shards, cache, model.kv_cache_memory)
         layout = AttentionLayout(shards.local_heads, shards.local_kv_heads, shape.head_dim, shape.num_layers,
-                                 self.device, self.dtype, deterministic=model.deterministic)
+                                 self.device, self.dtype, deterministic=model.deterministic,
+                                 kv_dtype=self._layout_kv_dtype)
         with ThreadPoolExecutor(1, thread_name_prefix="tercet-kernels-ahead") as ahead:
             # A first start compiles the attention backend's and the layers' C kernels while the
             # weights load (the compiler runs in its own process), not one after the other.
@@ -96,7 +101,8 @@ class ModelRunner:
         self._allocate_kv_memory(shape, shards, max_running_requests)
         if model.deterministic:
             require_batch_invariant_layers(self.model)
-        model_layout = dataclasses.replace(self.model.attention_layout(), deterministic=model.deterministic)
+        model_layout = dataclasses.replace(self.model.attention_layout(), deterministic=model.deterministic,
+                                           kv_dtype=self._layout_kv_dtype)
         self.attention_backend = (backend.result() if model_layout == layout
                                   else components.attention_backend(model_layout))
         self._attach(self.model)
@@ -111,6 +117,11 @@ class ModelRunner:
         """Make the model serve LoRA adapters through ``backend`` (a :class:`tercet.lora.backend.LoraBackend`)."""
         self.lora = LoraModel(self.model, backend, max_rank)
         return self.lora
+
+    @property
+    def _layout_kv_dtype(self) -> torch.dtype | None:
+        """The attention layout's ``kv_dtype``: None when the pool stores the activations' dtype."""
+        return None if self.kv_dtype == self.dtype else self.kv_dtype
 
     def _attention_backend_ahead(self, create_backend, layout: AttentionLayout):
         """The attention backend for ``layout``, after loading the C steps the layers will call."""
@@ -138,7 +149,7 @@ class ModelRunner:
         max_total_tokens = cache.max_total_tokens
         if max_total_tokens is None:
             max_total_tokens = kv_tokens_for_budget(
-                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), local_shape, self.dtype, self.page_size
+                parse_byte_size(kv_cache_memory, "model.kv_cache_memory"), local_shape, self.kv_dtype, self.page_size
             )
         self.num_pages = math.ceil(max_total_tokens / self.page_size)
         self.max_total_tokens = self.num_pages * self.page_size
@@ -152,7 +163,7 @@ class ModelRunner:
         scratch_pages = 1 if self.graph_max_batch else 0
         self.kv_cache = PagedKVCache(
             shape.num_layers, shards.local_kv_heads, shape.head_dim, self.num_pages + scratch_pages, self.page_size,
-            self.dtype, self.device,
+            self.kv_dtype, self.device,
         )
         self.page_allocator = PageAllocator(self.num_pages)
         self.req_to_token_pool = ReqToTokenPool(max_running_requests, self.context_len, self.device)
@@ -296,13 +307,14 @@ def return_freed_memory() -> None:
 
 
 def kv_tokens_for_budget(budget_bytes: int, shape: LlamaShape, dtype: torch.dtype, page_size: int) -> int:
-    """The most tokens (whole pages) whose K and V fit in ``budget_bytes``."""
-    bytes_per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * torch.tensor([], dtype=dtype).element_size()
+    """The most tokens (whole pages) whose K and V (in a ``dtype`` cache, scales included) fit in ``budget_bytes``."""
+    bytes_per_token = kv_bytes_per_token(shape.num_layers, shape.num_kv_heads, shape.head_dim, dtype)
     pages = budget_bytes // (bytes_per_token * page_size)
     if pages < 1:
         raise ConfigError(
             f"model.kv_cache_memory = {format_byte_size(budget_bytes)} holds no page of KV cache: one page of "
-            f"{page_size} tokens takes {format_byte_size(bytes_per_token * page_size)} with this model in {dtype}"
+            f"{page_size} tokens takes {format_byte_size(bytes_per_token * page_size)} with this model's K/V in "
+            f"{kv_dtype_name(dtype)}"
         )
     return pages * page_size
 
@@ -323,6 +335,8 @@ def describe_weights(runner, kv_cache_bytes: int) -> dict:
         "weight_bytes": runner.load_report.weight_bytes,
         "dtype": str(runner.dtype).removeprefix("torch."),
         "kv_cache_bytes": kv_cache_bytes,
+        # What the pool stores ([cache] kv_dtype resolved; None: no pool) and how many tokens it holds.
+        "kv_dtype": None if runner.kv_cache is None else kv_dtype_name(runner.kv_cache.dtype),
         "max_total_tokens": runner.max_total_tokens,
         "pooling": None if runner.pooling is None else runner.pooling.as_dict(),
         "cpu_isa": describe_cpu_isa() if runner.device.type == "cpu" else None,

@@ -34,3 +34,9 @@ class NativeAttention:
 
     function: int
     split_keys: int
+    # The code the function takes for each cache dtype it reads besides the activations' (by name:
+    # "int8", "float8_e4m3fn"), each with its float16 row scales; a cache of another dtype runs layer by layer.
+    cache_dtype_codes: tuple[tuple[str, int], ...] = ()
+
+    def code_of(self, dtype_name: str) -> int | None:
+        return dict(self.cache_dtype_codes).get(dtype_name)

@@ -38,7 +38,8 @@ typedef void (*rotary_function)(activation_t *x, int64_t x_stride, int64_t rows,
                                 const activation_t *signed_sin_table);
 typedef int (*attention_function)(const void *q, int64_t q_token_stride, const void *k_new, int64_t k_token_stride,
                                   const void *v_new, int64_t v_token_stride, int act_dtype, void *k_cache,
-                                  void *v_cache, int cache_dtype, const int64_t *req_to_token, int64_t table_width,
+                                  void *v_cache, void *k_scales, void *v_scales, int cache_dtype,
+                                  const int64_t *req_to_token, int64_t table_width,
                                   const int64_t *rows, const int64_t *seq_lens, const int64_t *out_cache_loc,
                                   void *out, int batch, int num_heads, int num_kv_heads, int head_dim, float scale,
                                   int split_keys);
@@ -54,6 +55,7 @@ typedef struct {
     const activation_t *input_norm, *post_attention_norm;
     Matmul qkv, o, gate_up, down;
     void *k_cache, *v_cache;
+    void *k_scales, *v_scales; /* a quantized cache's row scales; else NULL */
 } Layer;
 
 typedef struct {
@@ -305,7 +307,8 @@ static int attention_block(const Program *p, int64_t index, const Step *step, ac
     p->rotary(s->qkv, qkv_width, rows, p->num_heads + p->num_kv_heads, p->head_dim, step->positions, p->cos_table,
               p->signed_sin_table);
     if (p->attention(s->qkv, qkv_width, s->qkv + q_size, qkv_width, s->qkv + q_size + kv_size, qkv_width,
-                     ACTIVATION_DTYPE_CODE, layer->k_cache, layer->v_cache, (int)p->cache_dtype, step->req_to_token,
+                     ACTIVATION_DTYPE_CODE, layer->k_cache, layer->v_cache, layer->k_scales,
+                     layer->v_scales, (int)p->cache_dtype, step->req_to_token,
                      step->table_width, step->rows, step->seq_lens, step->out_cache_loc, s->attended, (int)rows,
                      (int)p->num_heads, (int)p->num_kv_heads, (int)p->head_dim, p->scale, (int)p->split_keys))
         return FAILED_ATTENTION;

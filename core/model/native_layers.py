@@ -74,7 +74,8 @@ class _Matmul(ctypes.Structure):
 
 class _Layer(ctypes.Structure):
     _fields_ = [("input_norm", _P), ("post_attention_norm", _P), ("qkv", _Matmul), ("o", _Matmul),
-                ("gate_up", _Matmul), ("down", _Matmul), ("k_cache", _P), ("v_cache", _P)]
+                ("gate_up", _Matmul), ("down", _Matmul), ("k_cache", _P), ("v_cache", _P), ("k_scales", _P),
+                ("v_scales", _P)]
 
 
 class _Program(ctypes.Structure):
@@ -186,11 +187,21 @@ def _refusal_of(model, kv_cache, attention: NativeAttention | None) -> str | Non
         return "tensor parallelism all-reduces between layers"
     if model.dtype not in BUILDS:
         return f"the one call is built for {' and '.join(name for _, name, _ in BUILDS.values())}, not {model.dtype}"
-    if kv_cache.dtype != model.dtype:
-        return f"the KV cache is {kv_cache.dtype}, the model {model.dtype}"
     if attention is None:
         return "the attention backend offers no C function"
+    if kv_cache.dtype != model.dtype and attention.code_of(_name_of(kv_cache.dtype)) is None:
+        return f"the KV cache is {kv_cache.dtype}, the model {model.dtype}"
     return None
+
+
+def _name_of(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _cache_code(model, kv_cache, attention: NativeAttention) -> int:
+    """The code the attention function takes for the cache's dtype."""
+    code = attention.code_of(_name_of(kv_cache.dtype))
+    return code if code is not None else BUILDS[model.dtype][2]
 
 
 def _offers_of(layer, dtype_name: str) -> list[NativeMatmul] | str:
@@ -215,9 +226,13 @@ def _every_layers_offers(model) -> list[list[NativeMatmul]] | str:
     return offers
 
 
-def _layer_of(layer, offers: list[NativeMatmul], k_cache: torch.Tensor, v_cache: torch.Tensor) -> _Layer:
+def _layer_of(layer, offers: list[NativeMatmul], kv_cache, index: int) -> _Layer:
+    """Layer ``index``'s norms, matmuls and cache buffers (with a quantized cache's row scales)."""
+    scales = (None, None) if kv_cache.k_scales is None else (kv_cache.k_scales[index].data_ptr(),
+                                                             kv_cache.v_scales[index].data_ptr())
     return _Layer(layer.input_layernorm.weight.data_ptr(), layer.post_attention_layernorm.weight.data_ptr(),
-                  *(_matmul_of(offer) for offer in offers), k_cache.data_ptr(), v_cache.data_ptr())
+                  *(_matmul_of(offer) for offer in offers), kv_cache.k_buffers[index].data_ptr(),
+                  kv_cache.v_buffers[index].data_ptr(), *scales)
 
 
 class NativeLayers:
@@ -253,11 +268,12 @@ class NativeLayers:
         runner = load_layers_runner(model.dtype)
         if runner is None:
             return "the one call's C file does not build here (the warning above says why)"
-        layers = [_layer_of(layer, layer_offers, kv_cache.k_buffers[i], kv_cache.v_buffers[i])
+        layers = [_layer_of(layer, layer_offers, kv_cache, i)
                   for i, (layer, layer_offers) in enumerate(zip(model.model.layers, offers))]
         limits = [offer.max_rows for layer_offers in offers for offer in layer_offers if offer.max_rows]
         array = (_Layer * len(layers))(*layers)
-        return cls(runner, _program_of(model, steps, attention, array), array, backend,
+        return cls(runner, _program_of(model, steps, attention, array, _cache_code(model, kv_cache, attention)), array,
+                   backend,
                    (model.rotary.cos_table, model.rotary.signed_sin_table), layer_by_layer, min(limits, default=0),
                    adds_adapters=model.dtype == torch.bfloat16)
 
@@ -307,12 +323,12 @@ class NativeLayers:
         return hidden
 
 
-def _program_of(model, steps: CpuFusedOps, attention: NativeAttention, layers) -> _Program:
+def _program_of(model, steps: CpuFusedOps, attention: NativeAttention, layers, cache_code: int) -> _Program:
     """What the C runner reads of every layer: the steps' functions, the tables, the sizes."""
     shape, layout = model.shape, model.attention_layout()
     return _Program(
         steps.function_address("norm"), steps.function_address("silu_mul"), steps.function_address("rotary"),
         attention.function, model.rotary.cos_table.data_ptr(), model.rotary.signed_sin_table.data_ptr(),
         layers, len(layers), shape.hidden_size, shape.intermediate_size, layout.num_heads, layout.num_kv_heads,
-        layout.head_dim, attention.split_keys, BUILDS[model.dtype][2], shape.rms_norm_eps, layout.scaling,
+        layout.head_dim, attention.split_keys, cache_code, shape.rms_norm_eps, layout.scaling,
     )

@@ -137,6 +137,5 @@ class RequestKVMemory:
         table = self.req_to_token_pool.table
         sources = torch.cat([table[leader.req_pool_index, : len(leader.input_ids)] for leader, _ in pairs])
         targets = torch.cat([table[follower.req_pool_index, : len(follower.input_ids)] for _, follower in pairs])
-        for buffers in (self.kv_cache.k_buffers, self.kv_cache.v_buffers):
-            for layer_buffer in buffers:
-                layer_buffer[targets] = layer_buffer[sources]
+        for layer_tensor in self.kv_cache.slot_tensors:  # a quantized cache's scales too
+            layer_tensor[targets] = layer_tensor[sources]

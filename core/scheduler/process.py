@@ -81,9 +81,10 @@ def _build(context, port_args, rank, heartbeat, tp_rank=0):
         )
     weights = model_runner.weights_info
     logging.getLogger(__name__).info(
-        "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens (%s MiB)%s",
+        "model loaded: %s (weights %s, %s MiB; activations %s on %s), KV cache of %d tokens in %s (%s MiB)%s",
         config.model.path, weights["weight_format"], weights["weight_bytes"] >> 20, model_runner.dtype,
-        model_runner.device, weights["max_total_tokens"], weights["kv_cache_bytes"] >> 20,
+        model_runner.device, weights["max_total_tokens"], weights["kv_dtype"] or "no dtype",
+        weights["kv_cache_bytes"] >> 20,
         "" if model_runner.pooling is None else f"; embeddings pooled by {model_runner.pooling.method}",
     )
     # "input": where TP rank 0 bound the rank's input, its port filled in (other nodes bind on ``*``).

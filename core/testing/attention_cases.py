@@ -16,7 +16,7 @@ import torch
 
 from tercet.model.attention import AttentionBackend, AttentionLayout
 from tercet.model.forward_batch import ForwardBatch
-from tercet.model.kv_cache import PagedKVCache
+from tercet.model.kv_cache import PagedKVCache, quantize_rows
 
 # The layer every case runs: not 0, so a backend that ignores layer_id is caught.
 CASE_LAYER = 1
@@ -39,19 +39,20 @@ class AttentionCase:
 
 def attention_case(
     seed: int, spans: list[tuple[int, int]], num_kv_heads: int, group: int, head_dim: int, page_size: int,
-    dtype: torch.dtype, device: torch.device | str = "cpu",
+    dtype: torch.dtype, device: torch.device | str = "cpu", kv_dtype: torch.dtype | None = None,
 ) -> AttentionCase:
-    """A step whose sequences have ``spans`` of (cached prefix, new tokens); GQA group ``group``."""
+    """A step whose sequences have ``spans`` of (cached prefix, new tokens); GQA group ``group``; the
+    cache in ``kv_dtype`` (None: ``dtype``; a quantized one holds random rows quantized, with their scales)."""
     generator = torch.Generator().manual_seed(seed)
     device = torch.device(device)
     num_heads = num_kv_heads * group
-    layout = AttentionLayout(num_heads, num_kv_heads, head_dim, num_layers=2, device=device, dtype=dtype)
+    layout = AttentionLayout(num_heads, num_kv_heads, head_dim, num_layers=2, device=device, dtype=dtype,
+                             kv_dtype=kv_dtype)
     seq_lens = [prefix + new for prefix, new in spans]
     pages_per_row = (max(seq_lens) + page_size - 1) // page_size
     num_pages = pages_per_row * len(seq_lens) + 3
-    cache = PagedKVCache(2, num_kv_heads, head_dim, num_pages, page_size, dtype, device)
-    for buffer in (*cache.k_buffers, *cache.v_buffers):
-        buffer.copy_(torch.randn(buffer.shape, generator=generator).to(dtype))
+    cache = PagedKVCache(2, num_kv_heads, head_dim, num_pages, page_size, layout.cache_dtype, device)
+    _fill_randomly(cache, generator)
     pages = torch.randperm(num_pages, generator=generator)
     table = torch.zeros(len(seq_lens) + 2, pages_per_row * page_size + 5, dtype=torch.int64)
     rows = torch.randperm(table.shape[0], generator=generator)[: len(seq_lens)].tolist()
@@ -67,16 +68,31 @@ def attention_case(
     return AttentionCase(layout, cache, table, batch, q, k, v)
 
 
+def _fill_randomly(cache: PagedKVCache, generator: torch.Generator) -> None:
+    """Random K/V in every slot (a quantized cache: random rows as the kernel would store them)."""
+    for layer in range(cache.num_layers):
+        for buffers, scales in ((cache.k_buffers, cache.k_scales), (cache.v_buffers, cache.v_scales)):
+            values = torch.randn(buffers[layer].shape, generator=generator)
+            if not cache.quantized:
+                buffers[layer].copy_(values.to(cache.dtype))
+                continue
+            stored, row_scales = quantize_rows(values, cache.dtype)
+            buffers[layer].copy_(stored.to(cache.device))
+            scales[layer].copy_(row_scales.to(cache.device))
+
+
 def copy_of(cache: PagedKVCache) -> PagedKVCache:
     copied = PagedKVCache(cache.num_layers, cache.num_kv_heads, cache.head_dim, cache.num_pages, cache.page_size,
                           cache.dtype, cache.device)
-    for mine, theirs in zip((*copied.k_buffers, *copied.v_buffers), (*cache.k_buffers, *cache.v_buffers)):
+    for mine, theirs in zip(copied.slot_tensors, cache.slot_tensors):
         mine.copy_(theirs)
     return copied
 
 
 def assert_same_cache(written: PagedKVCache, reference: PagedKVCache) -> None:
-    for mine, theirs in zip((*written.k_buffers, *written.v_buffers), (*reference.k_buffers, *reference.v_buffers)):
+    for mine, theirs in zip(written.slot_tensors, reference.slot_tensors, strict=True):
+        if mine.element_size() == 1:  # int8 or float8 (torch compares no float8 on the CPU): their bits
+            mine, theirs = mine.view(torch.uint8), theirs.view(torch.uint8)
         assert torch.equal(mine, theirs)
 
 

@@ -21,12 +21,13 @@ def rows_with_pages(runner, lengths: list[int], page_size: int) -> list[int]:
 
 
 def hidden_and_cache(runner, batch, one_call: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The step's hidden states and the K/V buffers it wrote, run in one call or layer by layer."""
+    """The step's hidden states and the K/V buffers it wrote (a quantized cache's scales too, after them),
+    run in one call or layer by layer."""
     model = runner.model
     saved = model.layer_runner  # a NativeLayers: the one call, and the runner it falls back on
     if not one_call:
         model.layer_runner = getattr(saved, "layer_by_layer", saved)
-    buffers = (*runner.kv_cache.k_buffers, *runner.kv_cache.v_buffers)
+    buffers = runner.kv_cache.slot_tensors
     caches = [buffer.clone() for buffer in buffers]
     try:
         with torch.inference_mode():

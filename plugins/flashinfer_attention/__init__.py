@@ -34,6 +34,9 @@ def layout_problem(layout) -> str | None:
     # The query and cache dtypes FlashInfer builds its attention kernels for (besides fp8 caches).
     if layout.dtype not in (torch.float16, torch.bfloat16):
         return f"FlashInfer's attention kernels take float16 or bfloat16, not {layout.dtype}: set model.dtype"
+    if layout.cache_dtype != layout.dtype:
+        return (f"its kernels are planned for a cache of the activations' dtype ({layout.dtype}), not "
+                f'{layout.cache_dtype}: set cache.kv_dtype = "auto"')
     return None
 
 

@@ -40,7 +40,7 @@ class FlashInferAttentionBackend(AttentionBackend):
         self.wrapper.plan(
             host_indptr(batch.host_extend_lens), host_indptr(batch.host_seq_lens), sequence_slots(batch, req_to_token),
             torch.ones(batch.batch_size, dtype=torch.int32), layout.num_heads, layout.num_kv_heads, layout.head_dim,
-            1, causal=True, sm_scale=layout.scaling, q_data_type=layout.dtype, kv_data_type=layout.dtype,
+            1, causal=True, sm_scale=layout.scaling, q_data_type=layout.dtype, kv_data_type=layout.cache_dtype,
         )
 
     def forward(

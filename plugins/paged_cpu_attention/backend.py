@@ -12,6 +12,11 @@ so each token is computed exactly as it would be alone, whatever its
 batch-mates, its prompt's chunking or the prefix cache (what
 ``model.deterministic`` relies on).
 
+An int8 or e4m3 cache (``cache.kv_dtype``) is read the same way, in place: the
+kernel stores each new row quantized with its float16 scale (quantized_rows.h)
+and widens each key and value row times its scale where a bfloat16 row is
+widened, so a row's bits still do not depend on its batch-mates.
+
 Measured figures are in docs/benchmarks.md ("Prompt attention").
 """
 
@@ -27,12 +32,22 @@ from tercet.plugin_api.model import ForwardBatch, PagedKVCache
 # Keys one work item attends over before its result joins the others': fixed, so that a
 # sequence's output does not depend on its batch-mates or the number of threads.
 SPLIT_KEYS = 256
-DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+# The kernel's code of each dtype it takes (cache_dtypes.h): activations in the first two, a cache in
+# any (int8 and e4m3 with a float16 scale a row beside them).
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2, torch.float8_e4m3fn: 3}
+ACTIVATION_DTYPES = (torch.float32, torch.bfloat16)
 INT64_P = ctypes.POINTER(ctypes.c_int64)
 
 
 def _int64_pointer(tensor: torch.Tensor):
     return ctypes.cast(tensor.data_ptr(), INT64_P)
+
+
+def scale_pointers(kv_cache: PagedKVCache, layer_id: int) -> tuple[int | None, int | None]:
+    """The addresses of a quantized cache's K and V row scales of one layer (None, None for another cache)."""
+    if kv_cache.k_scales is None:
+        return None, None
+    return kv_cache.k_scales[layer_id].data_ptr(), kv_cache.v_scales[layer_id].data_ptr()
 
 
 def _rows_of_heads(tensor: torch.Tensor) -> torch.Tensor:
@@ -62,7 +77,8 @@ class PagedCpuAttentionBackend(AttentionBackend):
 
     def native_attention(self) -> NativeAttention:
         """The kernel for a caller in C (the model's layers in one call), reading :meth:`native_step`'s rows."""
-        return NativeAttention(ctypes.cast(self.kernel, ctypes.c_void_p).value, SPLIT_KEYS)
+        codes = tuple((str(dtype).removeprefix("torch."), code) for dtype, code in DTYPE_CODES.items())
+        return NativeAttention(ctypes.cast(self.kernel, ctypes.c_void_p).value, SPLIT_KEYS, codes)
 
     def native_step(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """This step's kernel rows, as :meth:`prepare` left them: the table, each row's sequence, keys and slot."""
@@ -79,7 +95,8 @@ class PagedCpuAttentionBackend(AttentionBackend):
         failed = self.kernel(
             q.data_ptr(), q.stride(0), k.data_ptr(), k.stride(0), v.data_ptr(), v.stride(0), DTYPE_CODES[q.dtype],
             kv_cache.k_buffers[layer_id].data_ptr(), kv_cache.v_buffers[layer_id].data_ptr(),
-            DTYPE_CODES[kv_cache.dtype], _int64_pointer(req_to_token), req_to_token.stride(0),
+            *scale_pointers(kv_cache, layer_id), DTYPE_CODES[kv_cache.dtype], _int64_pointer(req_to_token),
+            req_to_token.stride(0),
             _int64_pointer(rows), _int64_pointer(seq_lens), _int64_pointer(out_cache_loc),
             out.data_ptr(), q.shape[0], layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.scaling,
             SPLIT_KEYS,

@@ -44,7 +44,7 @@ def load_kernel(layout: AttentionLayout | None = None, cache_dir: Path | None = 
     function.restype = ctypes.c_int
     function.argtypes = [
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, INT64_P, ctypes.c_int64,
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, INT64_P, ctypes.c_int64,
         INT64_P, INT64_P, INT64_P,
         ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_int,
     ]

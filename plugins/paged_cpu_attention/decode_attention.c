@@ -5,8 +5,9 @@
  * and V are written to its slot first, then the query heads that share that
  * KV head attend over the sequence's keys, found slot by slot through the
  * req-to-token table: no gather of pages, no float copy of the cache. Keys and
- * values stay in the cache's dtype (bfloat16 or float32) and are widened in
- * registers; scores, softmax and the weighted sum are float32.
+ * values stay in the cache's dtype (bfloat16, float32, or int8 or e4m3 with a scale
+ * a row: quantized_rows.h) and are widened in registers; scores, softmax and the
+ * weighted sum are float32.
  *
  * A sequence's keys are cut into splits of a fixed number of keys; each split
  * keeps its own running maximum, sum and weighted sum (the online softmax), and
@@ -35,6 +36,7 @@
 #include "tercet_exp.h"
 
 #include "cache_dtypes.h"
+#include "quantized_rows.h"
 
 /* `width` values of `dtype` from element `offset` of `base`, widened to float32 into `out`: a cache row
  * (offset row × width) or a strided source row (q, k_new or v_new may be views into one projection). */
@@ -46,6 +48,15 @@ static inline void load_row(const void *base, int dtype, int64_t offset, int wid
     } else {
         memcpy(out, (const float *)base + offset, sizeof(float) * (size_t)width);
     }
+}
+
+/* Cache row `row` (one token's K or V of one KV head, `width` values) as float32 into `out`. */
+static inline void load_cache_row(const void *base, const uint16_t *scales, int dtype, int64_t row, int width,
+                                  float *out) {
+    if (is_quantized(dtype))
+        dequantize_row(base, dtype, row * width, width, row_factor(scales, dtype, row), out);
+    else
+        load_row(base, dtype, row * width, width, out);
 }
 
 /* Row `index` of a [rows, width] array of `dtype`, from float32 `values` (bfloat16 rounded as torch does). */
@@ -119,21 +130,19 @@ VECTOR_INLINE float softmax_block16(float *score, int count, float *maximum, flo
     return rescale;
 }
 
-/* One block of keys (their cache rows in `rows`) for one KV head and its `group` query heads
- * (`query`, scaled): the scores, the softmax against the running maxima and sums, and the values
- * added into `acc` (group × head_dim / 16 vectors). Each key row is read once for the scores and
- * once for the values. */
-VECTOR_INLINE void attend_block(const float *query, const int group, const int head_dim, const void *k_cache,
-                                const void *v_cache, const int cache_dtype, const int64_t *rows, int count,
-                                float *maxima, float *sums, vec16 *acc) {
+/* One block's scores (`count` keys, their cache rows in `rows`) for each of the `group` query heads
+ * (`query`, scaled), BLOCK apart in `scores`; a quantized row's factor (`k_factors`, zero past `count`)
+ * multiplies its key's score, the products summed over its stored values. */
+VECTOR_INLINE void block_scores(const float *query, const int group, const int head_dim, const void *k_cache,
+                                const int cache_dtype, const int64_t *rows, const float *k_factors, int count,
+                                float *scores) {
     const int chunks = head_dim / 16;
-    float scores[MAX_GROUP * BLOCK];
     vec16 partials[MAX_GROUP * BLOCK]; /* each key's 16 partial sums of its score, per head */
     for (int j = 0; j < count; j++) {
         vec16 dots[MAX_GROUP];
         for (int g = 0; g < group; g++) dots[g] = zero16();
         for (int c = 0; c < chunks; c++) {
-            vec16 key = load16(k_cache, cache_dtype, rows[j] + c * 16);
+            vec16 key = load_stored16(k_cache, cache_dtype, rows[j] + c * 16);
             for (int g = 0; g < group; g++)
                 dots[g] = fma16(loadu16(query + (int64_t)(g * chunks + c) * 16), key, dots[g]);
         }
@@ -141,17 +150,37 @@ VECTOR_INLINE void attend_block(const float *query, const int group, const int h
     }
     for (int j = count; j < BLOCK; j++)
         for (int g = 0; g < group; g++) partials[g * BLOCK + j] = zero16();
-    for (int g = 0; g < group; g++) storeu16(scores + g * BLOCK, sum_each(partials + g * BLOCK));
+    for (int g = 0; g < group; g++) {
+        const vec16 sums_of_products = sum_each(partials + g * BLOCK);
+        storeu16(scores + g * BLOCK,
+                 is_quantized(cache_dtype) ? mul16(sums_of_products, loadu16(k_factors)) : sums_of_products);
+    }
+}
+
+/* One block of keys (their cache rows in `rows`, and for a quantized cache their rows' factors, zero past
+ * `count`) for one KV head and its `group` query heads (`query`, scaled): the scores, the softmax against
+ * the running maxima and sums, and the values added into `acc` (group × head_dim / 16 vectors). Each key
+ * row is read once for the scores and once for the values. A quantized row's factor multiplies its key's
+ * score and its value's weight (after the softmax's sum). */
+VECTOR_INLINE void attend_block(const float *query, const int group, const int head_dim, const void *k_cache,
+                                const void *v_cache, const int cache_dtype, const int64_t *rows,
+                                const float *k_factors, const float *v_factors, int count, float *maxima,
+                                float *sums, vec16 *acc) {
+    const int chunks = head_dim / 16;
+    float scores[MAX_GROUP * BLOCK];
+    block_scores(query, group, head_dim, k_cache, cache_dtype, rows, k_factors, count, scores);
     for (int g = 0; g < group; g++) {
         float rescale = softmax_block16(scores + g * BLOCK, count, maxima + g, sums + g);
         if (rescale != 1.0f) {
             vec16 factor = broadcast16(rescale);
             for (int c = 0; c < chunks; c++) acc[g * chunks + c] = mul16(acc[g * chunks + c], factor);
         }
+        if (is_quantized(cache_dtype))
+            for (int j = 0; j < count; j++) scores[g * BLOCK + j] *= v_factors[j];
     }
     for (int j = 0; j < count; j++) {
         for (int c = 0; c < chunks; c++) {
-            vec16 value = load16(v_cache, cache_dtype, rows[j] + c * 16);
+            vec16 value = load_stored16(v_cache, cache_dtype, rows[j] + c * 16);
             for (int g = 0; g < group; g++)
                 acc[g * chunks + c] = fma16(broadcast16(scores[g * BLOCK + j]), value, acc[g * chunks + c]);
         }
@@ -164,12 +193,14 @@ VECTOR_INLINE void attend_block(const float *query, const int group, const int h
  * are one run of each cache: read together, the hardware streams them (measured 0.81x the time of
  * one head at a time, the same results). */
 VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, const int head_dim, const void *k_cache,
-                                       const void *v_cache, const int cache_dtype, const int64_t *slots,
-                                       int num_kv_heads, int first_head, int heads, int64_t first, int64_t last,
-                                       float *partial, int64_t per_split) {
-    const int chunks = head_dim / 16, element = cache_dtype == DTYPE_BFLOAT16 ? 2 : 4;
+                                       const void *v_cache, const int cache_dtype, const uint16_t *k_scales,
+                                       const uint16_t *v_scales, const int64_t *slots, int num_kv_heads,
+                                       int first_head, int heads, int64_t first, int64_t last, float *partial,
+                                       int64_t per_split) {
+    const int chunks = head_dim / 16, element = element_bytes(cache_dtype);
     vec16 acc[MAX_ITEM_WIDTH / 16];
     int64_t rows[BLOCK];
+    float k_factors[BLOCK], v_factors[BLOCK];
     for (int i = 0; i < heads * group * chunks; i++) acc[i] = zero16();
     for (int h = 0; h < heads; h++)
         for (int g = 0; g < group; g++) {
@@ -189,9 +220,18 @@ VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, co
             }
         }
         for (int h = 0; h < heads; h++) {
-            for (int j = 0; j < count; j++) rows[j] = (slots[start + j] * num_kv_heads + first_head + h) * head_dim;
+            for (int j = 0; j < count; j++) {
+                const int64_t row = slots[start + j] * num_kv_heads + first_head + h;
+                rows[j] = row * head_dim;
+                if (is_quantized(cache_dtype)) {
+                    k_factors[j] = row_factor(k_scales, cache_dtype, row);
+                    v_factors[j] = row_factor(v_scales, cache_dtype, row);
+                }
+            }
+            for (int j = count; j < BLOCK; j++) k_factors[j] = v_factors[j] = 0.0f;
             attend_block(queries + (int64_t)h * group * head_dim, group, head_dim, k_cache, v_cache, cache_dtype, rows,
-                         count, partial + h * per_split, partial + h * per_split + group, acc + h * group * chunks);
+                         k_factors, v_factors, count, partial + h * per_split, partial + h * per_split + group,
+                         acc + h * group * chunks);
         }
     }
     for (int h = 0; h < heads; h++)
@@ -206,14 +246,20 @@ VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, co
  * a first start against about 0.4 s for one. */
 #if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
 static void attend_specialized(const float *queries, const void *k_cache, const void *v_cache, int cache_dtype,
-                               const int64_t *slots, int num_kv_heads, int first_head, int heads, int64_t first,
-                               int64_t last, float *partial, int64_t per_split) {
-    if (cache_dtype == DTYPE_BFLOAT16)
-        attend_heads_vector(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_BFLOAT16,
-                            slots, num_kv_heads, first_head, heads, first, last, partial, per_split);
-    else
-        attend_heads_vector(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_FLOAT32,
-                            slots, num_kv_heads, first_head, heads, first, last, partial, per_split);
+                               const uint16_t *k_scales, const uint16_t *v_scales, const int64_t *slots,
+                               int num_kv_heads, int first_head, int heads, int64_t first, int64_t last,
+                               float *partial, int64_t per_split) {
+/* The body with the cache's dtype a constant too. */
+#define ATTEND_AS(DTYPE)                                                                                         \
+    attend_heads_vector(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE, k_scales, \
+                        v_scales, slots, num_kv_heads, first_head, heads, first, last, partial, per_split)
+    switch (cache_dtype) {
+    case DTYPE_BFLOAT16: ATTEND_AS(DTYPE_BFLOAT16); break;
+    case DTYPE_INT8: ATTEND_AS(DTYPE_INT8); break;
+    case DTYPE_FP8_E4M3: ATTEND_AS(DTYPE_FP8_E4M3); break;
+    default: ATTEND_AS(DTYPE_FLOAT32);
+    }
+#undef ATTEND_AS
 }
 #endif
 
@@ -221,36 +267,40 @@ static void attend_specialized(const float *queries, const void *k_cache, const 
 
 /* attend_tile_vector, with the served shape's constants where it is the served shape (see attend_specialized). */
 static void attend_tile(const TileRows *tile, int group, int head_dim, const void *k_cache, const void *v_cache,
-                        int cache_dtype, const int64_t *slots, int num_kv_heads, int kv_head, int64_t first,
-                        int64_t last) {
+                        int cache_dtype, const uint16_t *k_scales, const uint16_t *v_scales, const int64_t *slots,
+                        int num_kv_heads, int kv_head, int64_t first, int64_t last) {
 #if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
     if (group == TERCET_ATTEND_GROUP && head_dim == TERCET_ATTEND_HEAD_DIM) {
-        if (cache_dtype == DTYPE_BFLOAT16)
-            attend_tile_vector(tile, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_BFLOAT16,
-                               slots, num_kv_heads, kv_head, first, last);
-        else
-            attend_tile_vector(tile, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE_FLOAT32,
-                               slots, num_kv_heads, kv_head, first, last);
+#define TILE_AS(DTYPE)                                                                                             \
+    attend_tile_vector(tile, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE, k_scales, v_scales, \
+                       slots, num_kv_heads, kv_head, first, last)
+        switch (cache_dtype) {
+        case DTYPE_BFLOAT16: TILE_AS(DTYPE_BFLOAT16); break;
+        case DTYPE_INT8: TILE_AS(DTYPE_INT8); break;
+        case DTYPE_FP8_E4M3: TILE_AS(DTYPE_FP8_E4M3); break;
+        default: TILE_AS(DTYPE_FLOAT32);
+        }
+#undef TILE_AS
         return;
     }
 #endif
-    attend_tile_vector(tile, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, kv_head, first,
-                       last);
+    attend_tile_vector(tile, group, head_dim, k_cache, v_cache, cache_dtype, k_scales, v_scales, slots, num_kv_heads,
+                       kv_head, first, last);
 }
 
 static void attend_split_vector(const float *queries, int group, int head_dim, const void *k_cache,
-                                const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
-                                int first_head, int heads, int64_t first, int64_t last, float *partial,
-                                int64_t per_split) {
+                                const void *v_cache, int cache_dtype, const uint16_t *k_scales,
+                                const uint16_t *v_scales, const int64_t *slots, int num_kv_heads, int first_head,
+                                int heads, int64_t first, int64_t last, float *partial, int64_t per_split) {
 #if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
     if (group == TERCET_ATTEND_GROUP && head_dim == TERCET_ATTEND_HEAD_DIM) {
-        attend_specialized(queries, k_cache, v_cache, cache_dtype, slots, num_kv_heads, first_head, heads, first,
-                           last, partial, per_split);
+        attend_specialized(queries, k_cache, v_cache, cache_dtype, k_scales, v_scales, slots, num_kv_heads, first_head,
+                           heads, first, last, partial, per_split);
         return;
     }
 #endif
-    attend_heads_vector(queries, group, head_dim, k_cache, v_cache, cache_dtype, slots, num_kv_heads, first_head,
-                        heads, first, last, partial, per_split);
+    attend_heads_vector(queries, group, head_dim, k_cache, v_cache, cache_dtype, k_scales, v_scales, slots,
+                        num_kv_heads, first_head, heads, first, last, partial, per_split);
 }
 #endif
 
@@ -259,8 +309,9 @@ static void attend_split_vector(const float *queries, int group, int head_dim, c
  * Keys go BLOCK at a time: their K rows transposed into `keys_t` ([head_dim][BLOCK]) so
  * that each head's scores are one vector per dimension, their V rows widened into `values`. */
 static void attend_split(const float *queries, int group, int head_dim, const void *k_cache, const void *v_cache,
-                         int cache_dtype, const int64_t *slots, int num_kv_heads, int kv_head, int64_t first,
-                         int64_t last, float *maxima, float *sums, float *weighted) {
+                         int cache_dtype, const uint16_t *k_scales, const uint16_t *v_scales, const int64_t *slots,
+                         int num_kv_heads, int kv_head, int64_t first, int64_t last, float *maxima, float *sums,
+                         float *weighted) {
     float keys[BLOCK * MAX_HEAD_DIM];
     float values[BLOCK * MAX_HEAD_DIM];
     float scores[MAX_GROUP * BLOCK];
@@ -273,8 +324,8 @@ static void attend_split(const float *queries, int group, int head_dim, const vo
         int count = last - start < BLOCK ? (int)(last - start) : BLOCK;
         for (int j = 0; j < count; j++) {
             int64_t cache_row = slots[start + j] * num_kv_heads + kv_head;
-            load_row(k_cache, cache_dtype, cache_row * head_dim, head_dim, keys + j * head_dim);
-            load_row(v_cache, cache_dtype, cache_row * head_dim, head_dim, values + j * head_dim);
+            load_cache_row(k_cache, k_scales, cache_dtype, cache_row, head_dim, keys + j * head_dim);
+            load_cache_row(v_cache, v_scales, cache_dtype, cache_row, head_dim, values + j * head_dim);
         }
         for (int j = 0; j < count; j++) {
             const float *key = keys + j * head_dim;
@@ -310,6 +361,7 @@ typedef struct {
     int64_t q_token_stride, k_token_stride, v_token_stride;
     int act_dtype, cache_dtype;
     void *k_cache, *v_cache, *out;
+    uint16_t *k_scales, *v_scales; /* a quantized cache's row scales; else NULL */
     const int64_t *req_to_token, *rows, *seq_lens, *out_cache_loc;
     int64_t table_width;
     int batch, num_heads, num_kv_heads, head_dim, group, split_keys;
@@ -317,7 +369,10 @@ typedef struct {
 } DecodeCall;
 
 static int shapes_fit(const DecodeCall *call) {
-    return call->num_kv_heads > 0 && call->num_heads % call->num_kv_heads == 0 && call->head_dim > 0 &&
+    const int dtypes_known = (call->act_dtype == DTYPE_FLOAT32 || call->act_dtype == DTYPE_BFLOAT16) &&
+                             call->cache_dtype >= DTYPE_FLOAT32 && call->cache_dtype <= DTYPE_FP8_E4M3 &&
+                             (!is_quantized(call->cache_dtype) || (call->k_scales != NULL && call->v_scales != NULL));
+    return dtypes_known && call->num_kv_heads > 0 && call->num_heads % call->num_kv_heads == 0 && call->head_dim > 0 &&
            call->head_dim <= MAX_HEAD_DIM && call->num_heads / call->num_kv_heads <= MAX_GROUP && call->split_keys > 0;
 }
 
@@ -334,6 +389,14 @@ static int64_t *number_splits(const DecodeCall *call) {
     return first_split;
 }
 
+/* Cache row `row` from float32 `values`: rounded to bfloat16, or quantized with its scale. */
+static void store_cache_row(void *cache, uint16_t *scales, int dtype, int64_t row, int width, const float *values) {
+    if (is_quantized(dtype))
+        quantize_row(values, width, dtype, (uint8_t *)cache + row * width, scales + row);
+    else
+        store_row(cache, dtype, row, width, values);
+}
+
 /* The new tokens' K and V into their slots: first, since every split of their sequence reads them. */
 static void write_new_tokens(const DecodeCall *call) {
     const int kv_heads = call->num_kv_heads, head_dim = call->head_dim;
@@ -344,10 +407,10 @@ static void write_new_tokens(const DecodeCall *call) {
             int64_t target = call->out_cache_loc[b] * kv_heads + h;
             load_row(call->k_new, call->act_dtype, (int64_t)b * call->k_token_stride + (int64_t)h * head_dim, head_dim,
                      row);
-            store_row(call->k_cache, call->cache_dtype, target, head_dim, row);
+            store_cache_row(call->k_cache, call->k_scales, call->cache_dtype, target, head_dim, row);
             load_row(call->v_new, call->act_dtype, (int64_t)b * call->v_token_stride + (int64_t)h * head_dim, head_dim,
                      row);
-            store_row(call->v_cache, call->cache_dtype, target, head_dim, row);
+            store_cache_row(call->v_cache, call->v_scales, call->cache_dtype, target, head_dim, row);
         }
     }
 }
@@ -366,13 +429,16 @@ static int heads_per_item(const DecodeCall *call, int64_t num_splits) {
     return 1;
 }
 
-/* Sequence b's query heads of KV heads first_head.. first_head + heads - 1, scaled, into `queries`. */
+/* Sequence b's query heads of KV heads first_head.. first_head + heads - 1, scaled, into `queries`
+ * (rotated as a quantized cache's keys are: quantized_rows.h). */
 static void load_queries(const DecodeCall *call, int64_t b, int first_head, int heads, float *queries) {
     const int head_dim = call->head_dim;
     for (int h = 0; h < heads * call->group; h++) {
         int64_t offset = b * call->q_token_stride + (int64_t)(first_head * call->group + h) * head_dim;
-        load_row(call->q, call->act_dtype, offset, head_dim, queries + (int64_t)h * head_dim);
-        for (int d = 0; d < head_dim; d++) queries[(int64_t)h * head_dim + d] *= call->scale;
+        float *query = queries + (int64_t)h * head_dim;
+        load_row(call->q, call->act_dtype, offset, head_dim, query);
+        for (int d = 0; d < head_dim; d++) query[d] *= call->scale;
+        if (is_quantized(call->cache_dtype)) rotate_blocks_over_n(query, head_dim);
     }
 }
 
@@ -385,15 +451,16 @@ static void attend_item(const DecodeCall *call, int64_t b, int64_t split_of_sequ
 #if defined(VECTOR_PATH)
     if (call->head_dim % 16 == 0) {
         attend_split_vector(queries, call->group, call->head_dim, call->k_cache, call->v_cache, call->cache_dtype,
-                            slots, call->num_kv_heads, first_head, heads, first, last, partial, per_split);
+                            call->k_scales, call->v_scales, slots, call->num_kv_heads, first_head, heads, first, last,
+                            partial, per_split);
         return;
     }
 #else
     (void)heads;
     (void)per_split;
 #endif
-    attend_split(queries, call->group, call->head_dim, call->k_cache, call->v_cache, call->cache_dtype, slots,
-                 call->num_kv_heads, first_head, first, last, partial, partial + call->group,
+    attend_split(queries, call->group, call->head_dim, call->k_cache, call->v_cache, call->cache_dtype, call->k_scales,
+                 call->v_scales, slots, call->num_kv_heads, first_head, first, last, partial, partial + call->group,
                  partial + 2 * call->group);
 }
 
@@ -469,8 +536,8 @@ static void attend_tile_item(const DecodeCall *call, const int64_t *first_split,
     }
     const TileRows tile = {queries_t, queries_t + (int64_t)group * head_dim * TILE_ROWS, key_ends, row_partials};
     const int64_t *slots = call->req_to_token + call->rows[first_row_of_tile] * call->table_width;
-    attend_tile(&tile, group, head_dim, call->k_cache, call->v_cache, call->cache_dtype, slots, call->num_kv_heads,
-                kv_head, first, key_ends[rows - 1]);
+    attend_tile(&tile, group, head_dim, call->k_cache, call->v_cache, call->cache_dtype, call->k_scales, call->v_scales,
+                slots, call->num_kv_heads, kv_head, first, key_ends[rows - 1]);
 }
 
 /* Every tile's items (its last row's splits, one KV head each), spread over the threads; a tile of one
@@ -536,6 +603,8 @@ static void join_head(const DecodeCall *call, const int64_t *first_split, const 
         for (int d = 0; d < head_dim; d++) result[d] += weighted[d] * rescale;
     }
     for (int d = 0; d < head_dim; d++) result[d] /= total;
+    /* A quantized cache's values are rotated: so is their weighted sum. */
+    if (is_quantized(call->cache_dtype)) rotate_blocks_over_n(result, head_dim);
     store_row(call->out, call->act_dtype, (int64_t)b * call->num_heads + kv_head * group + g, head_dim, result);
 }
 
@@ -568,6 +637,7 @@ static int attend_all(const DecodeCall *call, const int64_t *first_split, float 
  * q:            [B, num_heads, head_dim] in act_dtype, token stride q_token_stride (elements), heads contiguous
  * k_new, v_new: [B, num_kv_heads, head_dim] in act_dtype, token strides k_token_stride and v_token_stride
  * k_cache, v_cache: [slots, num_kv_heads, head_dim] in cache_dtype, contiguous
+ * k_scales, v_scales: [slots, num_kv_heads] float16 for an int8 or e4m3 cache (quantized_rows.h), else unused
  * req_to_token: [rows, table_width] int64; rows[b] is sequence b's row; seq_lens[b] includes the new token
  * out_cache_loc[b]: the new token's slot
  * out:          [B, num_heads * head_dim] in act_dtype, contiguous
@@ -575,14 +645,14 @@ static int attend_all(const DecodeCall *call, const int64_t *first_split, float 
  */
 int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const void *k_new, int64_t k_token_stride,
                                   const void *v_new, int64_t v_token_stride, int act_dtype, void *k_cache, void *v_cache,
-                                  int cache_dtype, const int64_t *req_to_token, int64_t table_width,
+                                  void *k_scales, void *v_scales, int cache_dtype, const int64_t *req_to_token, int64_t table_width,
                                   const int64_t *rows, const int64_t *seq_lens, const int64_t *out_cache_loc,
                                   void *out, int batch, int num_heads, int num_kv_heads, int head_dim, float scale,
                                   int split_keys) {
     const DecodeCall call = {
         .q = q, .k_new = k_new, .v_new = v_new, .q_token_stride = q_token_stride, .k_token_stride = k_token_stride,
         .v_token_stride = v_token_stride, .act_dtype = act_dtype, .cache_dtype = cache_dtype, .k_cache = k_cache,
-        .v_cache = v_cache, .out = out, .req_to_token = req_to_token, .rows = rows, .seq_lens = seq_lens,
+        .v_cache = v_cache, .k_scales = k_scales, .v_scales = v_scales, .out = out, .req_to_token = req_to_token, .rows = rows, .seq_lens = seq_lens,
         .out_cache_loc = out_cache_loc, .table_width = table_width, .batch = batch, .num_heads = num_heads,
         .num_kv_heads = num_kv_heads, .head_dim = head_dim, .split_keys = split_keys, .scale = scale,
         .group = num_kv_heads > 0 ? num_heads / num_kv_heads : 0};

@@ -26,13 +26,14 @@
  * many keys. */
 #define KEYS_AT_ONCE 4
 
-/* The block's `count` key and value rows (their cache rows in `rows`) as float32, head_dim apart. */
+/* The block's `count` key and value rows (their cache rows in `rows`) as float32, head_dim apart: the
+ * stored values the decode path widens (a quantized row's before its factor). */
 VECTOR_INLINE void widen_block(const void *k_cache, const void *v_cache, int cache_dtype, int head_dim,
                                const int64_t *rows, int count, float *keys, float *values) {
     for (int j = 0; j < count; j++)
         for (int c = 0; c < head_dim / 16; c++) {
-            storeu16(keys + j * head_dim + c * 16, load16(k_cache, cache_dtype, rows[j] + c * 16));
-            storeu16(values + j * head_dim + c * 16, load16(v_cache, cache_dtype, rows[j] + c * 16));
+            storeu16(keys + j * head_dim + c * 16, load_stored16(k_cache, cache_dtype, rows[j] + c * 16));
+            storeu16(values + j * head_dim + c * 16, load_stored16(v_cache, cache_dtype, rows[j] + c * 16));
         }
     /* Zeros up to the next four keys, which key_chains reads (their scores are not used). */
     const int padded = (count + KEYS_AT_ONCE - 1) / KEYS_AT_ONCE * KEYS_AT_ONCE;
@@ -111,9 +112,12 @@ typedef struct {
 } TileRows;
 
 /* One block's keys and values (widened) against the tile, for each query head: the scores, the softmax
- * and the weighted sums of all the rows. Lanes of no row count as seeing every key: they are never read. */
+ * and the weighted sums of all the rows. Lanes of no row count as seeing every key: they are never read.
+ * For a quantized cache `factors` holds the keys' factors, then the values' (zero past `count`): as in
+ * attend_block, they multiply the scores and the weights; NULL for another cache. */
 VECTOR_INLINE void attend_tile_block(const TileRows *tile, int group, int head_dim, const float *keys,
-                                     const float *values, int64_t start, int count, vec16 *maxima, vec16 *sums) {
+                                     const float *values, const float *factors, int64_t start, int count,
+                                     vec16 *maxima, vec16 *sums) {
     float seen_by_row[16];
     int fewest_seen = 16;
     for (int r = 0; r < 16; r++) {
@@ -126,7 +130,11 @@ VECTOR_INLINE void attend_tile_block(const TileRows *tile, int group, int head_d
     for (int g = 0; g < group; g++) {
         for (int j = 0; j < count; j += KEYS_AT_ONCE)
             key_scores(tile->queries_t + g * head_dim * 16, head_dim, keys + j * head_dim, 0, weight + j);
+        if (factors != NULL)
+            for (int j = 0; j < count; j++) weight[j] = mul16(weight[j], broadcast16(factors[j]));
         const vec16 rescale = softmax_rows(weight, count, seen, maxima + g, sums + g);
+        if (factors != NULL)
+            for (int j = 0; j < count; j++) weight[j] = mul16(weight[j], broadcast16(factors[16 + j]));
         add_weighted_values(weight, rescale, count, seen, fewest_seen < count ? fewest_seen : count, head_dim, values,
                             tile->acc_t + g * head_dim * 16);
     }
@@ -151,9 +159,10 @@ VECTOR_INLINE void write_partials(const TileRows *tile, int group, int head_dim,
 
 /* The tile's rows against keys [first, last) of one KV head (slots: its sequence's), into their partials. */
 VECTOR_INLINE void attend_tile_vector(const TileRows *tile, int group, int head_dim, const void *k_cache,
-                                      const void *v_cache, int cache_dtype, const int64_t *slots, int num_kv_heads,
-                                      int kv_head, int64_t first, int64_t last) {
-    float keys[16 * MAX_HEAD_DIM], values[16 * MAX_HEAD_DIM];
+                                      const void *v_cache, int cache_dtype, const uint16_t *k_scales,
+                                      const uint16_t *v_scales, const int64_t *slots, int num_kv_heads, int kv_head,
+                                      int64_t first, int64_t last) {
+    float keys[16 * MAX_HEAD_DIM], values[16 * MAX_HEAD_DIM], factors[32]; /* the keys', then the values' */
     int64_t cache_rows[16];
     vec16 maxima[MAX_GROUP], sums[MAX_GROUP];
     for (int g = 0; g < group; g++) {
@@ -163,9 +172,18 @@ VECTOR_INLINE void attend_tile_vector(const TileRows *tile, int group, int head_
     memset(tile->acc_t, 0, sizeof(float) * (size_t)group * head_dim * 16);
     for (int64_t start = first; start < last; start += 16) {
         const int count = last - start < 16 ? (int)(last - start) : 16;
-        for (int j = 0; j < count; j++) cache_rows[j] = (slots[start + j] * num_kv_heads + kv_head) * head_dim;
+        for (int j = 0; j < count; j++) {
+            const int64_t row = slots[start + j] * num_kv_heads + kv_head;
+            cache_rows[j] = row * head_dim;
+            if (is_quantized(cache_dtype)) {
+                factors[j] = row_factor(k_scales, cache_dtype, row);
+                factors[16 + j] = row_factor(v_scales, cache_dtype, row);
+            }
+        }
+        for (int j = count; j < 16; j++) factors[j] = factors[16 + j] = 0.0f;
         widen_block(k_cache, v_cache, cache_dtype, head_dim, cache_rows, count, keys, values);
-        attend_tile_block(tile, group, head_dim, keys, values, start, count, maxima, sums);
+        attend_tile_block(tile, group, head_dim, keys, values, is_quantized(cache_dtype) ? factors : NULL, start, count,
+                          maxima, sums);
     }
     write_partials(tile, group, head_dim, maxima, sums);
 }

@@ -6,7 +6,8 @@
  *
  * Each file gives: zero16, broadcast16, loadu16, storeu16, add16, sub16, mul16, fma16, max16 (x86's:
  * b where either is NaN), select_below16 (x < limit ? a : b), pow2_16 (2^n for whole n, truncated as x86 converts), load16 (16 bfloat16 or
- * float32 values as float32), sum_each (16 vectors' sums as one vector, each folded as lane i + lane
+ * float32 values as float32), load16_int8 (16 int8 values as float32), load16_e4m3 (16 e4m3 values / 256
+ * as float32, exactly), sum_each (16 vectors' sums as one vector, each folded as lane i + lane
  * i + 8, then + 4, + 2, + 1) and PREFETCH_L2.
  */
 #ifndef TERCET_VEC16_H
@@ -44,6 +45,15 @@ VECTOR_INLINE vec16 exp16(vec16 x) {
     p = add16(mul16(p, r), broadcast16(5.0000001201e-1f));
     p = add16(add16(mul16(mul16(p, r), r), r), broadcast16(1.0f));
     return mul16(p, pow2_16(n));
+}
+
+/* 16 values of a cache row of `dtype` at `offset` as they are stored, in float32: bfloat16 and float32
+ * widened; int8 and e4m3 before their row's factor (quantized_rows.h), which the kernels apply to a
+ * key's score and a value's weight instead: one multiply a key, not one a stored value. */
+VECTOR_INLINE vec16 load_stored16(const void *base, int dtype, int64_t offset) {
+    if (dtype == DTYPE_INT8) return load16_int8(base, offset);
+    if (dtype == DTYPE_FP8_E4M3) return load16_e4m3(base, offset);
+    return load16(base, dtype, offset);
 }
 
 #endif

@@ -51,6 +51,31 @@ VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
     return loadu16((const float *)base + offset);
 }
 
+/* 8 int8 values as float32. */
+VECTOR_INLINE __m256 widen8_int8(const int8_t *from) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)from)));
+}
+
+/* 8 e4m3 values / 256 as float32 (see vec16_avx512.h's load16_e4m3). */
+VECTOR_INLINE __m256 widen8_e4m3(const uint8_t *from) {
+    __m128i wide = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)from));
+    __m128i half = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(wide, _mm_set1_epi16(0x80)), 8),
+                                _mm_slli_epi16(_mm_and_si128(wide, _mm_set1_epi16(0x7f)), 7));
+    return _mm256_cvtph_ps(half);
+}
+
+/* 16 int8 values at `offset`, as float32. */
+VECTOR_INLINE vec16 load16_int8(const void *base, int64_t offset) {
+    const int8_t *from = (const int8_t *)base + offset;
+    return (vec16){widen8_int8(from), widen8_int8(from + 8)};
+}
+
+/* 16 e4m3 values at `offset`, each / 256. */
+VECTOR_INLINE vec16 load16_e4m3(const void *base, int64_t offset) {
+    const uint8_t *from = (const uint8_t *)base + offset;
+    return (vec16){widen8_e4m3(from), widen8_e4m3(from + 8)};
+}
+
 /* sum_each of the AVX-512 path, on halves: the same additions of the same lanes (lane i plus lane
  * i + 8, then + 4, + 2, + 1 for each vector), the keys' partial sums placed otherwise between the
  * rounds so that the last round leaves them in order. */

@@ -39,6 +39,21 @@ VECTOR_INLINE vec16 load16(const void *base, int dtype, int64_t offset) {
     return _mm512_loadu_ps((const float *)base + offset);
 }
 
+/* 16 int8 values at `offset`, as float32. */
+VECTOR_INLINE vec16 load16_int8(const void *base, int64_t offset) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)((const int8_t *)base + offset));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
+}
+
+/* 16 e4m3 values at `offset`, each / 256 (exactly): its sign, exponent and mantissa bits moved to a
+ * float16's places make a float16 of that value (the exponent biases differ by 8), widened by F16C. */
+VECTOR_INLINE vec16 load16_e4m3(const void *base, int64_t offset) {
+    __m256i wide = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)((const uint8_t *)base + offset)));
+    __m256i half = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x80)), 8),
+                                   _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x7f)), 7));
+    return _mm512_cvtph_ps(half);
+}
+
 /* The lanes of (a, b) that lo picks plus those hi picks: one round of sum_each. */
 VECTOR_INLINE __m512 add_picked(__m512 a, __m512 b, __m512i lo, __m512i hi) {
     return _mm512_add_ps(_mm512_permutex2var_ps(a, lo, b), _mm512_permutex2var_ps(a, hi, b));

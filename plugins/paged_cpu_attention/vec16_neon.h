@@ -101,4 +101,26 @@ VECTOR_INLINE vec16 sum_each(vec16 v[16]) {
 }
 
 
+/* 16 int8 values at `offset`, as float32. */
+VECTOR_INLINE vec16 load16_int8(const void *base, int64_t offset) {
+    const int8x16_t raw = vld1q_s8((const int8_t *)base + offset);
+    const int16x8_t low = vmovl_s8(vget_low_s8(raw)), high = vmovl_s8(vget_high_s8(raw));
+    return (vec16){{vcvtq_f32_s32(vmovl_s16(vget_low_s16(low))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(low))),
+                    vcvtq_f32_s32(vmovl_s16(vget_low_s16(high))), vcvtq_f32_s32(vmovl_s16(vget_high_s16(high)))}};
+}
+
+/* 8 e4m3 values (widened to 16 bits) as the float16s of their values / 256 (see vec16_avx512.h). */
+VECTOR_INLINE float16x8_t e4m3_as_half(uint16x8_t wide) {
+    const uint16x8_t sign = vshlq_n_u16(vandq_u16(wide, vdupq_n_u16(0x80)), 8);
+    return vreinterpretq_f16_u16(vorrq_u16(sign, vshlq_n_u16(vandq_u16(wide, vdupq_n_u16(0x7f)), 7)));
+}
+
+/* 16 e4m3 values at `offset`, each / 256. */
+VECTOR_INLINE vec16 load16_e4m3(const void *base, int64_t offset) {
+    const uint8x16_t raw = vld1q_u8((const uint8_t *)base + offset);
+    const float16x8_t low = e4m3_as_half(vmovl_u8(vget_low_u8(raw))), high = e4m3_as_half(vmovl_u8(vget_high_u8(raw)));
+    return (vec16){{vcvt_f32_f16(vget_low_f16(low)), vcvt_high_f32_f16(low), vcvt_f32_f16(vget_low_f16(high)),
+                    vcvt_high_f32_f16(high)}};
+}
+
 #endif

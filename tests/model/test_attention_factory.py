@@ -45,3 +45,20 @@ def test_determinism_is_refused_with_the_reason_only_when_asked_for():
     with pytest.raises(ConfigError, match="demo cannot serve model.deterministic = true: its sums follow the batch"):
         factory(AttentionLayout(2, 1, 64, 1, torch.device("cpu"), torch.float32, deterministic=True))
     assert factory(LAYOUT) == "backend" and built == [LAYOUT]
+
+
+@pytest.mark.parametrize(("dtype", "name"), [(torch.int8, "int8"), (torch.float8_e4m3fn, "fp8_e4m3")])
+def test_a_quantized_cache_is_refused_unless_the_backend_says_it_reads_one(dtype, name):
+    built = []
+    quantized = AttentionLayout(2, 1, 64, 1, torch.device("cpu"), torch.float32, kv_dtype=dtype)
+    with pytest.raises(ConfigError, match=f'attention.backend demo cannot read a quantized KV cache '
+                                          f'\\(cache.kv_dtype = "{name}"\\) in place'):
+        recording_factory(built)(quantized)
+    assert built == []
+    assert recording_factory(built, reads_quantized_cache=True)(quantized) == "backend" and built == [quantized]
+
+
+def test_a_float_cache_of_another_dtype_is_any_backends():
+    built = []
+    layout = AttentionLayout(2, 1, 64, 1, torch.device("cpu"), torch.float32, kv_dtype=torch.bfloat16)
+    assert recording_factory(built)(layout) == "backend" and built[0].cache_dtype == torch.bfloat16

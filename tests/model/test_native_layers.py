@@ -3,7 +3,8 @@
 Both run the same C functions in the same order (the block kernel, paged_cpu's
 attention, the fused norms, SiLU·mul and rotary), so the hidden states and the
 KV cache they write must be equal bit for bit: on prompts over a cached prefix,
-decode steps, and a batch mixing both. A float32 model's one call (steps of up
+decode steps, and a batch mixing both; over a bfloat16, int8 or e4m3 cache (the
+quantized ones' row scales passed to the kernel from C as from Python). A float32 model's one call (steps of up
 to 16 tokens) is within float32's rounding of its layers on torch's ops; with
 GGUF block weights on the block kernel it takes steps of any length.
 """
@@ -22,12 +23,16 @@ from tercet.testing.runner_factory import model_runner_for
 PAGE = 4
 
 
-@pytest.fixture(scope="module")
-def runner(tiny_llama_dir):
+@pytest.fixture(scope="module", params=["auto", "int8", "fp8_e4m3"])
+def runner(tiny_llama_dir, request):
     if load_block_matmul() is None:
         pytest.skip("the block kernel does not run on this CPU")
     return model_runner_for(tiny_llama_dir, dtype="bfloat16", quantization="q4_1", native_kernels=True,
-                            max_total_tokens=256, page_size=PAGE, max_running_requests=4)
+                            max_total_tokens=256, page_size=PAGE, max_running_requests=4, kv_dtype=request.param)
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.view(torch.uint8) if tensor.element_size() == 1 else tensor  # torch compares no float8
 
 
 def _step_over_cached_prefixes(runner, rows, prefixes, new_lengths, generator):
@@ -59,8 +64,8 @@ def test_one_call_equals_the_layers_one_by_one(runner, prefixes, new_lengths):
         one_call, one_call_cache = hidden_and_cache(runner, batch, one_call=True)
         by_layer, by_layer_cache = hidden_and_cache(runner, batch, one_call=False)
         assert torch.equal(one_call, by_layer)
-        for mine, theirs in zip(one_call_cache, by_layer_cache):
-            assert torch.equal(mine, theirs)
+        for mine, theirs in zip(one_call_cache, by_layer_cache, strict=True):
+            assert torch.equal(_bits(mine), _bits(theirs))
     finally:
         for row in rows:
             runner.req_to_token_pool.free(row)

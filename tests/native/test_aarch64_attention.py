@@ -11,7 +11,7 @@ heads of 3 query heads, 64 wide), one query head a KV head 128 wide, 8 a KV head
 a decoding step over sequences of 1, 15, 16, 17, 100 and 700 keys (partial blocks,
 several splits), and a step with prompt tokens (the prompt tiles: prefills, chunks
 after a prefix, across splits, and a decode row beside them); bfloat16 and float32
-caches. The driver's x86 build is checked against the library
+caches, and int8 and e4m3 caches with their row scales (bfloat16 activations). The driver's x86 build is checked against the library
 first, so that a difference is the kernel's, not the driver's.
 """
 
@@ -26,13 +26,17 @@ import pytest
 import torch
 from aarch64_tools import COMPILER, HOST_COMPILER, NATIVE_INCLUDE, OBJDUMP, QEMU, REPO, require_tools
 
+from tercet.model.kv_cache import quantize_rows
 from tercet.native.cpu import best_level
 from tercet.native.levels import level_named
 from tercet.plugins.paged_cpu_attention.build import load_kernel
 
 DRIVER = Path(__file__).with_name("decode_attention_driver.c")
 INCLUDES = (*NATIVE_INCLUDE, "-I", str(REPO / "plugins" / "paged_cpu_attention"))
-DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2, torch.float8_e4m3fn: 3}
+# (activations, cache)
+DTYPES = ((torch.bfloat16, torch.bfloat16), (torch.float32, torch.float32), (torch.bfloat16, torch.int8),
+          (torch.bfloat16, torch.float8_e4m3fn))
 SEQ_LENS = (1, 15, 16, 17, 100, 700)
 # Each step's sequences as (cached prefix, new tokens).
 STEPS = {"decode": tuple((length - 1, 1) for length in SEQ_LENS), "prompt": ((0, 40), (250, 20), (9, 1), (690, 17))}
@@ -47,7 +51,8 @@ def _tools():
     require_tools()
 
 
-def _tensors(seed: int, spans, num_kv_heads: int, group: int, head_dim: int, dtype: torch.dtype) -> dict:
+def _tensors(seed: int, spans, num_kv_heads: int, group: int, head_dim: int, dtype: torch.dtype,
+             cache_dtype: torch.dtype) -> dict:
     """A step: each sequence's cache rows scattered over the slots, a kernel row for each new token."""
     generator = torch.Generator().manual_seed(seed)
     heads, lengths = num_kv_heads * group, [prefix + new for prefix, new in spans]
@@ -65,10 +70,15 @@ def _tensors(seed: int, spans, num_kv_heads: int, group: int, head_dim: int, dty
     batch = len(rows)
     def random(*shape):
         return (torch.randn(*shape, generator=generator) * 2).to(dtype)
+    caches = {}
+    for name in ("k", "v"):
+        values = random(slots, num_kv_heads, head_dim)
+        if cache_dtype in (torch.int8, torch.float8_e4m3fn):
+            values, caches[f"{name}_scales"] = quantize_rows(values, cache_dtype)
+        caches[f"{name}_cache"] = values
     return {
         "q": random(batch, heads, head_dim), "k_new": random(batch, num_kv_heads, head_dim),
-        "v_new": random(batch, num_kv_heads, head_dim), "k_cache": random(slots, num_kv_heads, head_dim),
-        "v_cache": random(slots, num_kv_heads, head_dim), "table": table,
+        "v_new": random(batch, num_kv_heads, head_dim), **caches, "table": table,
         "rows": torch.tensor(rows, dtype=torch.int64), "seq_lens": torch.tensor(seq_lens, dtype=torch.int64),
         "out_cache_loc": torch.tensor(out_cache_loc, dtype=torch.int64),
     }
@@ -77,17 +87,19 @@ def _tensors(seed: int, spans, num_kv_heads: int, group: int, head_dim: int, dty
 def _on_x86(t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: int) -> bytes:
     """The library's output and caches after the call, at the CPU's best level."""
     kernel, k_cache, v_cache = load_kernel(level=best_level()), t["k_cache"].clone(), t["v_cache"].clone()
-    heads, dtype = num_kv_heads * group, t["q"].dtype
+    scales = [t[name].clone() for name in ("k_scales", "v_scales") if name in t]
+    heads, dtype, cache_dtype = num_kv_heads * group, t["q"].dtype, t["k_cache"].dtype
     batch = t["rows"].shape[0]
     out = torch.empty(batch, heads * head_dim, dtype=dtype)
     status = kernel(
         t["q"].data_ptr(), heads * head_dim, t["k_new"].data_ptr(), num_kv_heads * head_dim, t["v_new"].data_ptr(),
-        num_kv_heads * head_dim, DTYPE_CODES[dtype], k_cache.data_ptr(), v_cache.data_ptr(), DTYPE_CODES[dtype],
+        num_kv_heads * head_dim, DTYPE_CODES[dtype], k_cache.data_ptr(), v_cache.data_ptr(),
+        *([scale.data_ptr() for scale in scales] or [None, None]), DTYPE_CODES[cache_dtype],
         _pointer(t["table"]), t["table"].stride(0), _pointer(t["rows"]), _pointer(t["seq_lens"]),
         _pointer(t["out_cache_loc"]), out.data_ptr(), batch, heads, num_kv_heads, head_dim,
         head_dim ** -0.5, split_keys)
     assert status == 0
-    return b"".join(tensor.view(torch.uint8).numpy().tobytes() for tensor in (out, k_cache, v_cache))
+    return b"".join(tensor.view(torch.uint8).numpy().tobytes() for tensor in (out, k_cache, v_cache, *scales))
 
 
 def _pointer(tensor: torch.Tensor):
@@ -97,9 +109,10 @@ def _pointer(tensor: torch.Tensor):
 def _case_file(path: Path, t: dict, num_kv_heads: int, group: int, head_dim: int, split_keys: int) -> Path:
     dtype = t["q"].dtype
     header = struct.pack("<10q", t["rows"].shape[0], num_kv_heads * group, num_kv_heads, head_dim, split_keys,
-                         DTYPE_CODES[dtype], DTYPE_CODES[dtype], t["k_cache"].shape[0], *t["table"].shape)
+                         DTYPE_CODES[dtype], DTYPE_CODES[t["k_cache"].dtype], t["k_cache"].shape[0], *t["table"].shape)
     header += struct.pack("<f", head_dim ** -0.5)
-    parts = ("q", "k_new", "v_new", "k_cache", "v_cache", "table", "rows", "seq_lens", "out_cache_loc")
+    scales = tuple(name for name in ("k_scales", "v_scales") if name in t)
+    parts = ("q", "k_new", "v_new", "k_cache", "v_cache", *scales, "table", "rows", "seq_lens", "out_cache_loc")
     path.write_bytes(header + b"".join(t[name].contiguous().view(torch.uint8).numpy().tobytes() for name in parts))
     return path
 
@@ -111,9 +124,9 @@ def cases(tmp_path_factory) -> list[tuple[Path, bytes]]:
     made = []
     for index, (num_kv_heads, group, head_dim, split_keys) in enumerate(SHAPES):
         for step, spans in STEPS.items():
-            for dtype in (torch.bfloat16, torch.float32):
-                t = _tensors(index, spans, num_kv_heads, group, head_dim, dtype)
-                name = f"{step}_kv{num_kv_heads}_g{group}_d{head_dim}_s{split_keys}_{str(dtype).removeprefix('torch.')}"
+            for dtype, cache_dtype in DTYPES:
+                t = _tensors(index, spans, num_kv_heads, group, head_dim, dtype, cache_dtype)
+                name = f"{step}_kv{num_kv_heads}_g{group}_d{head_dim}_s{split_keys}_{str(cache_dtype).removeprefix('torch.')}"
                 made.append((_case_file(folder / f"{name}.case", t, num_kv_heads, group, head_dim, split_keys),
                              _on_x86(t, num_kv_heads, group, head_dim, split_keys)))
     return made

@@ -58,6 +58,14 @@ def test_float32_is_refused_with_the_dtypes_its_kernels_take():
     assert flashinfer_attention.layout_problem(dataclasses.replace(layout, dtype=torch.bfloat16)) is None
 
 
+def test_a_cache_of_another_dtype_than_the_activations_is_refused_naming_the_setting():
+    layout = AttentionLayout(2, 1, 64, num_layers=1, device=torch.device("cuda"), dtype=torch.bfloat16)
+    for kv_dtype in (torch.float32, torch.int8):
+        problem = flashinfer_attention.layout_problem(dataclasses.replace(layout, kv_dtype=kv_dtype))
+        assert f"not {kv_dtype}" in problem and 'cache.kv_dtype = "auto"' in problem
+    assert flashinfer_attention.layout_problem(dataclasses.replace(layout, kv_dtype=torch.bfloat16)) is None
+
+
 @pytest.mark.cuda
 @settings(max_examples=30, deadline=None)
 @given(

@@ -17,7 +17,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tercet.plugin_api import AttentionLayout
+from tercet.plugin_api import AttentionLayout, ConfigError
 from tercet.native import build as native_build
 from tercet.native.cpu import runnable_levels
 from tercet.plugin_api.model import ForwardBatch
@@ -139,6 +139,16 @@ def test_without_a_compiler_or_kernels_built_at_install_the_backend_is_torch_nat
         backend = create_paged_cpu_backend(layout)
     assert isinstance(backend, TorchNativeAttentionBackend)
     assert "paged_cpu runs as torch_native: no C compiler found" in caplog.text
+
+
+def test_a_quantized_cache_without_the_kernel_is_refused_naming_the_setting(monkeypatch, tmp_path):
+    # torch_native would read the int8 bytes as numbers: no fallback for a quantized cache.
+    monkeypatch.setattr(native_build, "PREBUILT_DIR", tmp_path)
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setenv("PATH", "")
+    layout = AttentionLayout(2, 1, 64, num_layers=1, device=CPU, dtype=torch.float32, kv_dtype=torch.int8)
+    with pytest.raises(ConfigError, match=r"cache.kv_dtype \(int8\) needs the paged_cpu kernel: no C compiler"):
+        create_paged_cpu_backend(layout)
 
 
 PROMPTS = {"short": [5, 6, 7], "long": list(range(20, 45)), "shares-a-prefix": list(range(20, 40)) + [9, 9]}

@@ -5,8 +5,8 @@ decoding step runs each row by itself. The tiles promise the same float
 operations in the same order for every row, so each prompt row's output must be
 the very bytes the decode path gives that row alone, over the cache the step
 wrote. Random steps (prefixes across splits, chunks, single decode rows beside
-them, GQA groups, head sizes, page sizes, float32 and bfloat16) check it at every
-vector level this CPU runs. A kernel whose tiles fold the key products in another
+them, GQA groups, head sizes, page sizes, float32 and bfloat16 activations, float32,
+bfloat16, int8 and e4m3 caches) check it at every vector level this CPU runs. A kernel whose tiles fold the key products in another
 order must fail the same check: the check can tell.
 """
 
@@ -54,6 +54,7 @@ def rows_unlike_decoding_alone(kernel, case) -> list[int]:
 
 
 SPANS = st.lists(st.tuples(st.integers(0, 600), st.integers(1, 40)), min_size=1, max_size=4)  # (prefix, new)
+KV_DTYPES = [None, torch.int8, torch.float8_e4m3fn]  # None: the activations' dtype
 
 
 @settings(max_examples=25, deadline=None)
@@ -65,17 +66,19 @@ SPANS = st.lists(st.tuples(st.integers(0, 600), st.integers(1, 40)), min_size=1,
     head_dim=st.sampled_from([64, 128, 32]),
     page_size=st.sampled_from([1, 16]),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    kv_dtype=st.sampled_from(KV_DTYPES),
 )
 def test_each_prompt_row_has_the_bits_of_the_row_decoded_alone(seed, spans, num_kv_heads, group, head_dim, page_size,
-                                                                 dtype):
-    case = attention_case(seed, spans, num_kv_heads, group, head_dim, page_size, dtype)
+                                                                 dtype, kv_dtype):
+    case = attention_case(seed, spans, num_kv_heads, group, head_dim, page_size, dtype, kv_dtype=kv_dtype)
     assert rows_unlike_decoding_alone(load_kernel(case.layout), case) == []
 
 
 @pytest.mark.parametrize("level", VECTOR_LEVELS, ids=lambda level: level.name)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_at_every_vector_level(level, dtype):
-    case = attention_case(8, [(250, 30), (0, 17), (40, 1)], 3, 3, 64, 16, dtype)
+@pytest.mark.parametrize(("dtype", "kv_dtype"), [(torch.float32, None), (torch.bfloat16, None),
+                                                 (torch.bfloat16, torch.int8), (torch.bfloat16, torch.float8_e4m3fn)])
+def test_at_every_vector_level(level, dtype, kv_dtype):
+    case = attention_case(8, [(250, 30), (0, 17), (40, 1)], 3, 3, 64, 16, dtype, kv_dtype=kv_dtype)
     assert rows_unlike_decoding_alone(load_kernel(case.layout, level=level), case) == []
 
 

@@ -44,6 +44,25 @@ def evicted_into(harness) -> list[int]:
     return first
 
 
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3"])
+def test_a_quantized_pools_pages_come_back_with_their_scales(tiered, kv_dtype):
+    harness = tiered("file", f"cache.kv_dtype={kv_dtype}")
+    first, again = push_out_and_return(harness)
+    assert harness.scheduler.kv_memory.kv_tiers.stats.pages_read >= 1
+    assert harness.cached_tokens["again"] == 6 * PAGE
+    assert again == first  # pages read back without their scales would attend over zeros
+
+
+def test_a_server_restarted_with_another_kv_dtype_reads_none_of_the_old_pages(tiered, tmp_path):
+    first = evicted_into(tiered("file", "cache.kv_dtype=int8", directory=tmp_path))
+    restarted = tiered("file", directory=tmp_path)  # float32, as the activations
+    run(restarted, "again", CONVERSATION)
+    assert restarted.cached_tokens["again"] == 0
+    assert restarted.scheduler.kv_memory.kv_tiers.stats.pages_read == 0
+    same = tiered("file", "cache.kv_dtype=int8", directory=tmp_path)
+    assert run(same, "again", CONVERSATION) == first and same.cached_tokens["again"] == 6 * PAGE
+
+
 def test_the_file_tier_survives_a_new_scheduler_on_its_directory(tiered, tmp_path):
     first = evicted_into(tiered("file", directory=tmp_path))
     restarted = tiered("file", directory=tmp_path)  # a fresh, empty pool on the same directory
