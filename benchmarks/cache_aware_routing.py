@@ -33,7 +33,6 @@ import json
 import random
 import re
 import time
-from pathlib import Path
 
 import httpx
 
@@ -42,6 +41,7 @@ from tercet.bench.serving import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, judged
 from tercet.bench.streaming_client import stream_completion
 from tercet.bench.summary import summarize
 from tercet.bench.workload import BenchRequest, load_tokenizer, synthetic_requests
+from tercet.bench.script_arguments import add_served_script_arguments, with_quick_sizes
 from tercet.testing.tiny_model import write_tiny_default_llama
 
 BALANCERS = ("round_robin", "shortest_queue", "cache_aware")
@@ -196,10 +196,15 @@ def router_cost(balancer: str, arguments) -> dict:
 # -- the command line -------------------------------------------------------------
 
 
+# What --quick runs: only enough to check that the script runs.
+QUICK_SIZES = {"tenants": 4, "system_tokens": 64, "requests": 24, "new_tokens": 8, "output_tokens": 4,
+               "concurrency": 4, "warmup": 2, "router_prefixes": 200, "router_prompt_tokens": 256,
+               "router_requests": 200}
+
+
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--balancer", action="append", help=f"load balancers to run (default: {', '.join(BALANCERS)})")
-    parser.add_argument("--model", help="checkpoint directory (default: the built-in model)")
     parser.add_argument("--dp-size", type=int, default=2)
     parser.add_argument("--tenants", type=int, default=16)
     parser.add_argument("--system-tokens", type=int, default=1024)
@@ -208,30 +213,14 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--output-tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--warmup", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--router-prefixes", type=int, default=10_000)
     parser.add_argument("--router-prompt-tokens", type=int, default=1088)
     parser.add_argument("--router-requests", type=int, default=10_000)
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="more server settings, as tercet serve --set takes them")
     parser.add_argument("--skip-serving", action="store_true", help="the router's cost alone")
-    parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
-    parser.add_argument("--json-out", type=Path)
-    parser.add_argument("--quick", action="store_true", help="small sizes everywhere: checks that the script runs")
+    add_served_script_arguments(parser)
     arguments = parser.parse_args()
     arguments.balancer = arguments.balancer or list(BALANCERS)
-    if arguments.quick:
-        arguments = quick(arguments)
-    return arguments
-
-
-def quick(arguments: argparse.Namespace) -> argparse.Namespace:
-    if arguments.model is None:
-        arguments.model = str(write_tiny_default_llama())
-    sizes = {"tenants": 4, "system_tokens": 64, "requests": 24, "new_tokens": 8, "output_tokens": 4,
-             "concurrency": 4, "warmup": 2, "router_prefixes": 200, "router_prompt_tokens": 256,
-             "router_requests": 200}
-    return argparse.Namespace(**{**vars(arguments), **sizes})
+    return with_quick_sizes(arguments, QUICK_SIZES, write_tiny_default_llama)
 
 
 def main() -> None:

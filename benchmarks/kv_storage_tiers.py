@@ -48,6 +48,7 @@ from tercet.bench.arrivals import at_fixed_concurrency
 from tercet.bench.serving import CONNECT_TIMEOUT_S, READ_TIMEOUT_S, judged
 from tercet.bench.streaming_client import stream_completion
 from tercet.bench.summary import LatencyStats
+from tercet.bench.script_arguments import add_served_script_arguments, with_quick_sizes
 from tercet.testing.tiny_model import write_tiny_default_llama
 
 TIERS = ("none", "host", "file")
@@ -208,10 +209,14 @@ def print_results(results: list[dict], title: str) -> None:
 # -- the command line -------------------------------------------------------------
 
 
+# What --quick runs: only enough to check that the script runs.
+QUICK_SIZES = {"conversations": 8, "turns": 4, "system_tokens": 128, "turn_tokens": 32, "output_tokens": 4,
+               "concurrency": 2}
+
+
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", action="append", choices=TIERS, help=f"tiers to run (default: {', '.join(TIERS)})")
-    parser.add_argument("--model", help="checkpoint directory (default: the built-in model)")
     parser.add_argument("--conversations", type=int, default=64)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--system-tokens", type=int, default=2048)
@@ -220,26 +225,11 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--pool-share", type=float, default=0.25,
                         help="the share of the live prefixes the pool holds (cache.max_total_tokens)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="more server settings, as tercet serve --set takes them")
     parser.add_argument("--skip-restart", action="store_true", help="the tiers alone, no restart scenario")
-    parser.add_argument("--log-dir", type=Path, default=Path("/tmp"))
-    parser.add_argument("--json-out", type=Path)
-    parser.add_argument("--quick", action="store_true", help="small sizes everywhere: checks that the script runs")
+    add_served_script_arguments(parser)
     arguments = parser.parse_args()
     arguments.tier = arguments.tier or list(TIERS)
-    if arguments.quick:
-        arguments = quick(arguments)
-    return arguments
-
-
-def quick(arguments: argparse.Namespace) -> argparse.Namespace:
-    if arguments.model is None:
-        arguments.model = str(write_tiny_default_llama())
-    sizes = {"conversations": 8, "turns": 4, "system_tokens": 128, "turn_tokens": 32, "output_tokens": 4,
-             "concurrency": 2}
-    return argparse.Namespace(**{**vars(arguments), **sizes})
+    return with_quick_sizes(arguments, QUICK_SIZES, write_tiny_default_llama)
 
 
 def main() -> None:

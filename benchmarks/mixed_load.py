@@ -115,13 +115,19 @@ def _model_name(base_url: str) -> str:
     return models[0]["id"]
 
 
+# The load holds about 31 streams and up to 20 long prompts at once: far past the default pool
+# (8,736 tokens), which would retract streams over and over. A tercet system gets a pool that holds
+# it, as the other systems are started with room for it (vllm.sh's KV_GIB, llama-server's slots).
+TERCET_POOL = ("cache.max_total_tokens=131072",)
+
+
 def run_system(system: str, arguments: argparse.Namespace, tokenizer) -> dict:
     name = system.partition("=")[0]
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     log_path = arguments.json_out.with_name(f"mixed-{name}.log")
     print(f"[mixed] starting {name} (log {log_path})", file=sys.stderr)
-    process = start_server(system, port, STREAMS + int(arguments.seconds) + 1, log_path)
+    process = start_server(system, port, STREAMS + int(arguments.seconds) + 1, log_path, TERCET_POOL)
     try:
         wait_until_healthy(base_url, process)
         model = _model_name(base_url)

@@ -57,12 +57,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(system: str, port: int, max_concurrency: int, log_path: Path) -> subprocess.Popen:
+def start_server(system: str, port: int, max_concurrency: int, log_path: Path,
+                 tercet_settings: tuple[str, ...] = ()) -> subprocess.Popen:
+    """``system`` started on ``port``; a tercet system also gets ``tercet_settings`` (``SECTION.KEY=VALUE``)."""
     log = open(log_path, "w")
     env = dict(os.environ, PORT=str(port), NP=str(max_concurrency))
     if system in TERCET_SYSTEMS:
         command = [sys.executable, "-m", "tercet", "serve", "--port", str(port), *TERCET_SYSTEMS[system],
                    "--set", f"scheduler.max_running_requests={max(max_concurrency, 32)}"]
+        command += [part for setting in tercet_settings for part in ("--set", setting)]
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     _, _, shell_command = system.partition("=")
     return subprocess.Popen(shell_command, shell=True, stdout=log, stderr=subprocess.STDOUT, env=env,

@@ -49,26 +49,13 @@ def launch_server(config: TercetConfig) -> int:
         config = config_for_nodes(config)
         if config.parallel.node_rank != 0:
             return serve_node(config)
-    configure_logging("server", config.server.log_level)
-    num_workers = config.server.api_workers
-    set_process_title("tercet server (http api, tokenizer)" if num_workers == 1 else "tercet server")
-    context = ProcessContext.create(config)
-    config = resolve_model(config)
-    context = dataclasses.replace(context, config=config)
-    _warn_if_the_serializer_trusts_its_peers(context)
-    for removed in sweep_abandoned_runtime_dirs():
-        logger.info("removed %s, left behind by a server that is gone", removed)
-    port_args = PortArgs.create(context.create_transport(), dp_size=config.scheduler.dp_size, api_workers=num_workers)
+    config, context, port_args = _set_up(config)
     # Removes the directory if this process dies without its finally (SIGKILL, OOM).
     watcher = RuntimeDirWatcher(port_args.runtime_dir)
-    logger.info(
-        "IPC endpoints: scheduler %s, detokenizer %s, tokenizer %s",
-        ", ".join(port_args.scheduler_inputs), port_args.detokenizer_input, ", ".join(port_args.tokenizer_inputs),
-    )
     supervisor = ChildSupervisor()
     topology = Topology.of(config)
     hub = None
-    exit_code = 1
+    exit_code, failure_told = 1, ""
     try:
         if topology.spans_nodes:
             hub, port_args = open_node_hub(config, topology, port_args, supervisor)
@@ -80,14 +67,38 @@ def launch_server(config: TercetConfig) -> int:
         return exit_code
     except ChildFailed as failure:
         logger.error("%s; stopping the server", failure)
+        failure_told = str(failure)
         return 1
+    except BaseException as error:
+        # Reported by the caller only after the finally: the other nodes hear of it first, here.
+        failure_told = f"{type(error).__name__}: {error}"
+        raise
     finally:
         if hub is not None:
-            hub.stop(failed=exit_code != 0)
+            hub.stop(failed=exit_code != 0, reason=failure_told)
         # After a failure the server must be gone within seconds: less grace for stragglers.
         supervisor.stop_all(timeout=STOP_GRACE_SECONDS if exit_code == 0 else FAILED_STOP_GRACE_SECONDS)
         port_args.remove_runtime_dir()
         watcher.stop()
+
+
+def _set_up(config: TercetConfig) -> tuple[TercetConfig, ProcessContext, PortArgs]:
+    """This process's logging and title, the plugins, the model resolved, and the IPC endpoints (logged)."""
+    configure_logging("server", config.server.log_level)
+    num_workers = config.server.api_workers
+    set_process_title("tercet server (http api, tokenizer)" if num_workers == 1 else "tercet server")
+    context = ProcessContext.create(config)
+    config = resolve_model(config)
+    context = dataclasses.replace(context, config=config)
+    _warn_if_the_serializer_trusts_its_peers(context)
+    for removed in sweep_abandoned_runtime_dirs():
+        logger.info("removed %s, left behind by a server that is gone", removed)
+    port_args = PortArgs.create(context.create_transport(), dp_size=config.scheduler.dp_size, api_workers=num_workers)
+    logger.info(
+        "IPC endpoints: scheduler %s, detokenizer %s, tokenizer %s",
+        ", ".join(port_args.scheduler_inputs), port_args.detokenizer_input, ", ".join(port_args.tokenizer_inputs),
+    )
+    return config, context, port_args
 
 
 def _prepare_api_side(config: TercetConfig):

@@ -73,6 +73,8 @@ class RankMetricsReport:
     kv_storage_pages_dropped: int = 0
     kv_storage_pages_corrupt: int = 0
     kv_storage_read_back_time: HistogramCounts = field(default_factory=lambda: HistogramCounts([], [0], 0.0))
+    # What the KV pool stores, as cache.kv_dtype names it ("" from a rank that did not say).
+    kv_dtype: str = ""
 
     @property
     def histograms(self) -> tuple[HistogramCounts, ...]:

@@ -45,7 +45,7 @@ RANK_HISTOGRAMS = [
     ("request_prefill_time_seconds", "First admission to the first output token", lambda r: r.prefill_time),
     ("request_decode_time_seconds", "First output token to the finish", lambda r: r.decode_time),
 ]
-CACHE_CONFIG_LABELS = ["page_size", "num_pages", "max_total_tokens", "prefix_cache"]
+CACHE_CONFIG_LABELS = ["page_size", "num_pages", "max_total_tokens", "prefix_cache", "kv_dtype"]
 # Speculative decoding, per proposer (a rank reports them only while one is configured).
 SPECULATION_FAMILIES = [
     (CounterMetricFamily, "spec_decode_num_verifications", "Request-steps that verified draft tokens",
@@ -174,6 +174,6 @@ class RankCollector:
         for rank, report, _ in latest:
             num_pages = report.kv_total_tokens // report.page_size if report.page_size > 0 else 0
             config = [str(report.page_size), str(num_pages), str(report.kv_total_tokens),
-                      str(report.prefix_cache).lower()]
+                      str(report.prefix_cache).lower(), report.kv_dtype]
             info.add_metric([self.model_name, rank, *config], 1)
         return info

@@ -80,8 +80,9 @@ class NodeHub:
                 self.condition.wait(0.2)
             return dict(self.inputs)
 
-    def stop(self, failed: bool) -> None:
-        """Tell every node to stop (``failed``: the server is stopping on a failure), and stop listening."""
+    def stop(self, failed: bool, reason: str = "") -> None:
+        """Tell every node to stop (``failed``: the server is stopping on a failure, ``reason`` says which),
+        and stop listening."""
         self.is_stopping = True
         self.join_timer.cancel()
         self.listener.close()
@@ -89,7 +90,7 @@ class NodeHub:
             links = list(self.links.values())
         for link in links:
             try:
-                link.send("stop", failed=failed)
+                link.send("stop", failed=failed, **({"reason": reason} if reason else {}))
             except OSError:
                 pass  # that node is gone already
             link.close()

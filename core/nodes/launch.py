@@ -191,7 +191,9 @@ def _follow_node_zero(link: NodeLink, stop: threading.Event, outcome: dict) -> N
             break
         if message["kind"] == "stop":
             failed = bool(message.get("failed"))
-            logger.info("node 0 stops the server%s; stopping this node", " on a failure" if failed else "")
+            # Node 0 says why: its own log may end before it can (it is stopped while it reports).
+            why = f" on a failure ({message['reason']})" if failed and message.get("reason") else " on a failure"
+            logger.info("node 0 stops the server%s; stopping this node", why if failed else "")
             outcome["code"] = 1 if failed else 0
             break
     stop.set()

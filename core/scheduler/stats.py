@@ -50,6 +50,8 @@ class SchedulerStats:
     # The tier below the pool's figures (tercet.scheduler.kv_tiers.tier_stats.TierStats.as_dict);
     # empty without one. /metrics reads each as the report's ``kv_storage_<figure>``.
     kv_storage: dict = field(default_factory=dict)
+    # What the pool stores, as ``cache.kv_dtype`` names it (int8, bfloat16…); "" without a pool.
+    kv_dtype: str = ""
 
     def __getattr__(self, name: str):
         # Only for names no field or property has: the report's kv_storage_* figures.
@@ -85,6 +87,9 @@ class SchedulerStats:
     def of(cls, rank: int, queues: "RequestQueues", kv_memory: "RequestKVMemory",
            speculation: dict | None = None, adapters=None) -> "SchedulerStats":
         """The figures of a rank's RequestQueues and RequestKVMemory now (and of its speculation)."""
+        # Here, not at the top: plugins import this module, and the name needs torch.
+        from tercet.model.kv_dtypes import kv_dtype_name
+
         page_size = kv_memory.page_size
         allocator = kv_memory.page_allocator
         cache = kv_memory.prefix_cache
@@ -108,4 +113,5 @@ class SchedulerStats:
             lora_requests=dict(adapters.num_requests) if adapters is not None else {},
             lora_adapters_loaded=len(adapters.recency) if adapters is not None else 0,
             kv_storage=kv_memory.kv_tiers.stats.as_dict() if getattr(kv_memory, "kv_tiers", None) else {},
+            kv_dtype=kv_dtype_name(kv_memory.kv_cache.dtype) if kv_memory.kv_cache is not None else "",
         )

@@ -1,14 +1,17 @@
 """A real server of the default model with an int8 KV cache: what it reports (the pool's dtype and its
-tokens, about twice bfloat16's in the default model.kv_cache_memory) and that it serves; a backend that
+tokens, about twice bfloat16's in the default model.kv_cache_memory, in /get_server_info and /metrics) and that
+it serves; a backend that
 cannot read the cache is refused at start-up, naming the setting."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.real_model
 
@@ -37,6 +40,22 @@ def test_it_answers_a_chat_greedily_twice_the_same(int8_server):
                for _ in range(2)]
     texts = [answer["choices"][0]["message"]["content"] for answer in answers]
     assert texts[0].strip() and texts[0] == texts[1]
+
+
+def test_metrics_name_the_pool_dtype(int8_server):
+    """The rank's figures reach /metrics between steps: a request makes one report, then a scrape shows it."""
+    body = {"prompt": "The pool stores", "max_tokens": 2, "temperature": 0}
+    assert httpx.post(int8_server.base_url + "/v1/completions", json=body, timeout=120).status_code == 200
+    deadline = time.monotonic() + 120
+    while True:
+        text = httpx.get(int8_server.base_url + "/metrics", timeout=120).text
+        configs = [sample for family in text_string_to_metric_families(text) for sample in family.samples
+                   if sample.name == "tercet:cache_config_info"]
+        if configs:
+            break
+        assert time.monotonic() < deadline, "no scrape showed tercet:cache_config_info in 120 s"
+        time.sleep(0.05)
+    assert [(sample.labels["kv_dtype"], sample.labels["max_total_tokens"]) for sample in configs] == [("int8", "16944")]
 
 
 def test_a_backend_that_cannot_read_it_is_refused_at_start_up():

@@ -61,7 +61,9 @@ class Node(RunningServer):
         while time.monotonic() < deadline:
             for node in [self, *others]:
                 if node.process.poll() is not None:
-                    raise RuntimeError(f"node {node.rank} exited with {node.process.returncode}:\n{node.log()}")
+                    # Every node's log: one node's exit is often the other's failure, told in the other's log.
+                    logs = "\n".join(f"--- node {each.rank}:\n{each.log()}" for each in [self, *others])
+                    raise RuntimeError(f"node {node.rank} exited with {node.process.returncode}:\n{logs}")
             try:
                 if self.http("GET", "/health").status_code == 200:
                     return

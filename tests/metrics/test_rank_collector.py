@@ -12,7 +12,7 @@ EMPTY = HistogramCounts([0.1, 1.0], [0, 0, 0], 0.0)
 
 def report(rank=0, **changes) -> RankMetricsReport:
     fields = dict(num_running_requests=2, num_waiting_requests=1, kv_used_tokens=64, kv_evictable_tokens=16,
-                  kv_total_tokens=256, page_size=8, prefix_cache=True, prompt_tokens_admitted=40,
+                  kv_total_tokens=256, page_size=8, prefix_cache=True, kv_dtype="int8", prompt_tokens_admitted=40,
                   prompt_tokens_from_cache=10, num_retractions=3, queue_time=EMPTY,
                   prefill_time=HistogramCounts([0.1, 1.0], [1, 2, 2], 0.3), decode_time=EMPTY)
     return RankMetricsReport(rank=rank, **{**fields, **changes})
@@ -50,7 +50,7 @@ def test_the_latest_report_of_each_rank_is_published():
     assert sample(registry, "tercet:request_prefill_time_seconds_bucket", le="0.1") == 1
     assert sample(registry, "tercet:request_prefill_time_seconds_count") == 2
     assert sample(registry, "tercet:cache_config_info", page_size="8", num_pages="32", max_total_tokens="256",
-                  prefix_cache="true") == 1
+                  prefix_cache="true", kv_dtype="int8") == 1
 
 
 def test_kv_usage_counts_what_requests_hold_and_the_evictable_cache_apart():

@@ -44,8 +44,9 @@ def test_a_node_that_agrees_is_welcomed_and_its_inputs_are_collected(hub):
     assert answer == {"kind": "welcome", **WELCOME}
     link.send("ready", inputs={"1": "tcp://127.0.0.1:777"})
     assert hub.wait_until_ready(timeout=10) == {1: "tcp://127.0.0.1:777"}
-    hub.stop(failed=True)
-    assert link.receive(timeout=10) == {"kind": "stop", "failed": True}
+    reason = "scheduler-0 process died (exit code 1)"
+    hub.stop(failed=True, reason=reason)
+    assert link.receive(timeout=10) == {"kind": "stop", "failed": True, "reason": reason}
     assert hub.supervisor.reported_failure is None  # a stop closes links without it being a failure
     link.close()
 

@@ -1,9 +1,13 @@
+import logging
+import threading
+
 import pytest
+from test_node_link import linked_pair
 
 from tercet.cli import build_parser, config_from_arguments
 from tercet.config import TercetConfig
 from tercet.errors import ConfigError, TercetError
-from tercet.nodes.launch import config_for_nodes
+from tercet.nodes.launch import _follow_node_zero, config_for_nodes
 
 
 SECRET = "a node secret of 24 chars"
@@ -58,3 +62,23 @@ def test_the_secret_is_read_from_its_file_once(tmp_path):
     secret_file.write_text(SECRET + "\n")
     config = config_for_nodes(nodes_config(tp_size=2, node_secret=None, node_secret_file=str(secret_file)))
     assert (config.parallel.node_secret, config.parallel.node_secret_file) == (SECRET, None)
+
+
+@pytest.mark.parametrize("stop, code, said", [
+    ({"failed": True, "reason": "TercetError: cannot listen on 10.0.0.1:30000"}, 1,
+     "node 0 stops the server on a failure (TercetError: cannot listen on 10.0.0.1:30000); stopping this node"),
+    ({"failed": True}, 1, "node 0 stops the server on a failure; stopping this node"),
+    ({"failed": False}, 0, "node 0 stops the server; stopping this node"),
+])
+def test_a_node_stops_when_node_0_does_and_says_why(caplog, stop, code, said):
+    node, zero = linked_pair()
+    stopped, outcome = threading.Event(), {"code": 1}
+    try:
+        zero.send("stop", **stop)
+        with caplog.at_level(logging.INFO, logger="tercet.node"):
+            _follow_node_zero(node, stopped, outcome)
+    finally:
+        node.close()
+        zero.close()
+    assert stopped.is_set() and outcome["code"] == code
+    assert said in caplog.messages
