@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from test_metrics_serving import scrape_until, value
 
 pytestmark = pytest.mark.real_model
 
@@ -46,16 +45,10 @@ def test_metrics_name_the_pool_dtype(int8_server):
     """The rank's figures reach /metrics between steps: a request makes one report, then a scrape shows it."""
     body = {"prompt": "The pool stores", "max_tokens": 2, "temperature": 0}
     assert httpx.post(int8_server.base_url + "/v1/completions", json=body, timeout=120).status_code == 200
-    deadline = time.monotonic() + 120
-    while True:
-        text = httpx.get(int8_server.base_url + "/metrics", timeout=120).text
-        configs = [sample for family in text_string_to_metric_families(text) for sample in family.samples
-                   if sample.name == "tercet:cache_config_info"]
-        if configs:
-            break
-        assert time.monotonic() < deadline, "no scrape showed tercet:cache_config_info in 120 s"
-        time.sleep(0.05)
-    assert [(sample.labels["kv_dtype"], sample.labels["max_total_tokens"]) for sample in configs] == [("int8", "16944")]
+    samples = scrape_until(int8_server, lambda samples: value(samples, "tercet:cache_config_info") > 0,
+                           "tercet:cache_config_info")
+    assert value(samples, "tercet:cache_config_info") == 1
+    assert value(samples, "tercet:cache_config_info", kv_dtype="int8", max_total_tokens="16944") == 1
 
 
 def test_a_backend_that_cannot_read_it_is_refused_at_start_up():
