@@ -245,6 +245,15 @@ VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, co
  * unrolled copy of the body, and compiling all the shapes a model might have took 4.6 s of
  * a first start against about 0.4 s for one. */
 #if defined(TERCET_ATTEND_GROUP) && defined(TERCET_ATTEND_HEAD_DIM)
+/* CALL(DTYPE) with the cache's dtype as a compile-time constant: one unrolled copy per dtype. */
+#define WITH_CACHE_DTYPE_CONSTANT(cache_dtype, CALL)                  \
+    switch (cache_dtype) {                                            \
+    case DTYPE_BFLOAT16: CALL(DTYPE_BFLOAT16); break;                 \
+    case DTYPE_INT8: CALL(DTYPE_INT8); break;                         \
+    case DTYPE_FP8_E4M3: CALL(DTYPE_FP8_E4M3); break;                 \
+    default: CALL(DTYPE_FLOAT32);                                     \
+    }
+
 static void attend_specialized(const float *queries, const void *k_cache, const void *v_cache, int cache_dtype,
                                const uint16_t *k_scales, const uint16_t *v_scales, const int64_t *slots,
                                int num_kv_heads, int first_head, int heads, int64_t first, int64_t last,
@@ -253,12 +262,7 @@ static void attend_specialized(const float *queries, const void *k_cache, const 
 #define ATTEND_AS(DTYPE)                                                                                         \
     attend_heads_vector(queries, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE, k_scales, \
                         v_scales, slots, num_kv_heads, first_head, heads, first, last, partial, per_split)
-    switch (cache_dtype) {
-    case DTYPE_BFLOAT16: ATTEND_AS(DTYPE_BFLOAT16); break;
-    case DTYPE_INT8: ATTEND_AS(DTYPE_INT8); break;
-    case DTYPE_FP8_E4M3: ATTEND_AS(DTYPE_FP8_E4M3); break;
-    default: ATTEND_AS(DTYPE_FLOAT32);
-    }
+    WITH_CACHE_DTYPE_CONSTANT(cache_dtype, ATTEND_AS);
 #undef ATTEND_AS
 }
 #endif
@@ -274,12 +278,7 @@ static void attend_tile(const TileRows *tile, int group, int head_dim, const voi
 #define TILE_AS(DTYPE)                                                                                             \
     attend_tile_vector(tile, TERCET_ATTEND_GROUP, TERCET_ATTEND_HEAD_DIM, k_cache, v_cache, DTYPE, k_scales, v_scales, \
                        slots, num_kv_heads, kv_head, first, last)
-        switch (cache_dtype) {
-        case DTYPE_BFLOAT16: TILE_AS(DTYPE_BFLOAT16); break;
-        case DTYPE_INT8: TILE_AS(DTYPE_INT8); break;
-        case DTYPE_FP8_E4M3: TILE_AS(DTYPE_FP8_E4M3); break;
-        default: TILE_AS(DTYPE_FLOAT32);
-        }
+        WITH_CACHE_DTYPE_CONSTANT(cache_dtype, TILE_AS);
 #undef TILE_AS
         return;
     }
