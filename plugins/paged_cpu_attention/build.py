@@ -22,6 +22,8 @@ SOURCE = NativeSource(__package__, "decode_attention.c", "paged_decode_attention
 SPECIALIZED_HEAD_DIMS = (64, 128)
 MAX_SPECIALIZED_GROUP = 8
 INT64_P = ctypes.POINTER(ctypes.c_int64)
+# The flag that gives the kernel AVX512-BF16's dot products, which it takes for a bfloat16 cache (vec16_avx512.h).
+BF16_DOT_FLAG = "-mavx512bf16"
 KernelUnavailable = NativeBuildError
 
 
@@ -35,6 +37,12 @@ def source_for(layout: AttentionLayout | None) -> NativeSource:
     shape = (f"-DTERCET_ATTEND_GROUP={group}", f"-DTERCET_ATTEND_HEAD_DIM={layout.head_dim}")
     return replace(SOURCE, library_name=f"{SOURCE.library_name}_g{group}_d{layout.head_dim}",
                    flags=SOURCE.flags + shape)
+
+
+def takes_bf16_dot_products(level: IsaLevel) -> bool:
+    """Whether the kernel built at ``level`` runs a bfloat16 cache (head sizes that are multiples of 32) on
+    bfloat16 dot products: its bits there are those of the other such levels, not of the float32 ones."""
+    return BF16_DOT_FLAG in level.flags
 
 
 def load_kernel(layout: AttentionLayout | None = None, cache_dir: Path | None = None, level: IsaLevel | None = None):

@@ -17,7 +17,13 @@
  * OpenMP threads.
  *
  * A step with prompt tokens has runs of consecutive rows of one sequence: those go 16 at a time
- * through prompt_tiles.h, which gives each row the bits it would have here alone.
+ * through prompt_tiles.h, which gives each row the bits it would have here alone. Where the tiles alone
+ * give every thread work, an item is a whole tile (every split, then its rows joined), so that a long
+ * prompt's partials never go through memory; else an item is one split of a tile. The same bits either way.
+ *
+ * At a level with AVX512-BF16, a bfloat16 cache with head sizes that are multiples of 32 is read with
+ * bfloat16 dot products (BF16_DOTS, vec16_avx512.h): the queries and the softmax's weights rounded to
+ * bfloat16, the sums float32; decode and prompt rows alike. Those levels' bits differ from the others'.
  *
  * Built by tercet's native build (see build.py) for each instruction-set level:
  * AVX-512, AVX2 (with FMA) and NEON (aarch64) take the vector path below for
@@ -187,6 +193,105 @@ VECTOR_INLINE void attend_block(const float *query, const int group, const int h
     }
 }
 
+/* Whether a call's rows take bfloat16 dot products (vec16_avx512.h's BF16_DOTS, where the level has
+ * them): a bfloat16 cache, whose keys and values are bfloat16 already, and a head size of whole pairs of
+ * lanes. The queries and the softmax's weights are rounded to bfloat16 for them; the scores, the softmax
+ * and the sums stay float32. */
+#if defined(BF16_DOTS)
+#define USES_BF16_DOTS(cache_dtype, head_dim) ((cache_dtype) == DTYPE_BFLOAT16 && (head_dim) % 32 == 0)
+
+/* block_scores on bfloat16 dot products: lane l of a key's partial sums holds the pairs of dimensions
+ * 2l, 2l + 1, then 32 + 2l, 33 + 2l, ... (`query_pairs`: each head's query rounded to bfloat16, 32
+ * dimensions a vector), folded by sum_each as before. */
+VECTOR_INLINE void block_scores_bf16(const pairs16 *query_pairs, const int group, const int head_dim,
+                                     const uint16_t *k_cache, const int64_t *rows, int count, float *scores) {
+    const int chunks = head_dim / 32;
+    vec16 partials[MAX_GROUP * BLOCK];
+    for (int j = 0; j < count; j++) {
+        vec16 dots[MAX_GROUP];
+        for (int g = 0; g < group; g++) dots[g] = zero16();
+        for (int c = 0; c < chunks; c++) {
+            const pairs16 key = load_pairs16(k_cache + rows[j] + c * 32);
+            for (int g = 0; g < group; g++) dots[g] = dot_pairs16(dots[g], query_pairs[g * chunks + c], key);
+        }
+        for (int g = 0; g < group; g++) partials[g * BLOCK + j] = dots[g];
+    }
+    for (int j = count; j < BLOCK; j++)
+        for (int g = 0; g < group; g++) partials[g * BLOCK + j] = zero16();
+    for (int g = 0; g < group; g++) storeu16(scores + g * BLOCK, sum_each(partials + g * BLOCK));
+}
+
+/* attend_block on bfloat16 dot products: the scores as block_scores_bf16 forms them, the same softmax,
+ * then the values two keys at a time, key order kept: lane d adds (weight j, weight j + 1) times
+ * (value j, value j + 1) of dimension d, the weights rounded to bfloat16 (a key past `count` adds a zero
+ * weight times a zero value). */
+VECTOR_INLINE void attend_block_bf16(const pairs16 *query_pairs, const int group, const int head_dim,
+                                     const uint16_t *k_cache, const uint16_t *v_cache, const int64_t *rows, int count,
+                                     float *maxima, float *sums, vec16 *acc) {
+    const int chunks = head_dim / 16;
+    float scores[MAX_GROUP * BLOCK];
+    uint16_t weights[MAX_GROUP * BLOCK];
+    block_scores_bf16(query_pairs, group, head_dim, k_cache, rows, count, scores);
+    for (int g = 0; g < group; g++) {
+        float rescale = softmax_block16(scores + g * BLOCK, count, maxima + g, sums + g);
+        if (rescale != 1.0f) {
+            vec16 factor = broadcast16(rescale);
+            for (int c = 0; c < chunks; c++) acc[g * chunks + c] = mul16(acc[g * chunks + c], factor);
+        }
+        store_bf16x16(weights + g * BLOCK, round_bf16x16(loadu16(scores + g * BLOCK)));
+    }
+    for (int j = 0; j < count; j += 2) {
+        for (int c = 0; c < chunks; c++) {
+            const pairs16 value = interleave16(load_bf16x16(v_cache + rows[j] + c * 16),
+                                               j + 1 < count ? load_bf16x16(v_cache + rows[j + 1] + c * 16)
+                                                             : zero_bf16x16());
+            for (int g = 0; g < group; g++)
+                acc[g * chunks + c] = dot_broadcast_pair16(acc[g * chunks + c], value, weights + g * BLOCK + j);
+        }
+    }
+}
+
+/* Each of `heads` query heads' values (head_dim apart in `queries`) rounded to bfloat16, 32 a vector. */
+VECTOR_INLINE void round_queries(const float *queries, int heads, int head_dim, pairs16 *query_pairs) {
+    for (int i = 0; i < heads * head_dim / 32; i++)
+        query_pairs[i] = round_pairs16(loadu16(queries + i * 32), loadu16(queries + i * 32 + 16));
+}
+#else
+#define USES_BF16_DOTS(cache_dtype, head_dim) 0
+#endif
+
+/* The next block's rows (from `start` + BLOCK, before `last`) of `heads` KV heads from first_head, asked
+ * for while this block computes. They are scattered over pages; into L2 (T1): on Zen 4, 32 rows of
+ * 256-1024 tokens took 0.7-0.8x the time of asking into L1. */
+VECTOR_INLINE void prefetch_next_block(const void *k_cache, const void *v_cache, int element, const int64_t *slots,
+                                       int num_kv_heads, int first_head, int heads, int head_dim, int64_t start,
+                                       int64_t last) {
+    const int64_t next_count = last - start - BLOCK < BLOCK ? last - start - BLOCK : BLOCK;
+    for (int64_t j = 0; j < next_count; j++) {
+        int64_t row = (slots[start + BLOCK + j] * num_kv_heads + first_head) * head_dim * element;
+        for (int64_t byte = 0; byte < (int64_t)heads * head_dim * element; byte += 64) {
+            PREFETCH_L2((const char *)k_cache + row + byte);
+            PREFETCH_L2((const char *)v_cache + row + byte);
+        }
+    }
+}
+
+/* The block's `count` cache rows of KV head `head` (offsets, in values), and for a quantized cache their
+ * rows' factors (zero past `count`). */
+VECTOR_INLINE void block_rows(const int64_t *slots, int64_t start, int count, int num_kv_heads, int head, int head_dim,
+                              int cache_dtype, const uint16_t *k_scales, const uint16_t *v_scales, int64_t *rows,
+                              float *k_factors, float *v_factors) {
+    for (int j = 0; j < count; j++) {
+        const int64_t row = slots[start + j] * num_kv_heads + head;
+        rows[j] = row * head_dim;
+        if (is_quantized(cache_dtype)) {
+            k_factors[j] = row_factor(k_scales, cache_dtype, row);
+            v_factors[j] = row_factor(v_scales, cache_dtype, row);
+        }
+    }
+    for (int j = count; j < BLOCK; j++) k_factors[j] = v_factors[j] = 0.0f;
+}
+
 /* attend_split for head sizes that are multiples of 16, for `heads` KV heads from `first_head` at
  * once (their query heads one after the other in `queries`, their results per_split floats apart
  * from `partial`). A slot's rows of those heads lie side by side, so a block's keys of all of them
@@ -197,11 +302,15 @@ VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, co
                                        const uint16_t *v_scales, const int64_t *slots, int num_kv_heads,
                                        int first_head, int heads, int64_t first, int64_t last, float *partial,
                                        int64_t per_split) {
-    const int chunks = head_dim / 16, element = element_bytes(cache_dtype);
+    const int chunks = head_dim / 16;
     vec16 acc[MAX_ITEM_WIDTH / 16];
     int64_t rows[BLOCK];
     float k_factors[BLOCK], v_factors[BLOCK];
     for (int i = 0; i < heads * group * chunks; i++) acc[i] = zero16();
+#if defined(BF16_DOTS)
+    pairs16 query_pairs[MAX_ITEM_WIDTH / 32];
+    if (USES_BF16_DOTS(cache_dtype, head_dim)) round_queries(queries, heads * group, head_dim, query_pairs);
+#endif
     for (int h = 0; h < heads; h++)
         for (int g = 0; g < group; g++) {
             partial[h * per_split + g] = -INFINITY;
@@ -209,29 +318,21 @@ VECTOR_INLINE void attend_heads_vector(const float *queries, const int group, co
         }
     for (int64_t start = first; start < last; start += BLOCK) {
         int count = last - start < BLOCK ? (int)(last - start) : BLOCK;
-        /* The next block's rows are scattered over pages: ask for them while this block computes, into
-         * L2 (T1): on Zen 4, 32 rows of 256-1024 tokens took 0.7-0.8x the time of asking into L1. */
-        const int64_t next_count = last - start - BLOCK < BLOCK ? last - start - BLOCK : BLOCK;
-        for (int64_t j = 0; j < next_count; j++) {
-            int64_t row = (slots[start + BLOCK + j] * num_kv_heads + first_head) * head_dim * element;
-            for (int64_t byte = 0; byte < (int64_t)heads * head_dim * element; byte += 64) {
-                PREFETCH_L2((const char *)k_cache + row + byte);
-                PREFETCH_L2((const char *)v_cache + row + byte);
-            }
-        }
+        prefetch_next_block(k_cache, v_cache, element_bytes(cache_dtype), slots, num_kv_heads, first_head, heads,
+                            head_dim, start, last);
         for (int h = 0; h < heads; h++) {
-            for (int j = 0; j < count; j++) {
-                const int64_t row = slots[start + j] * num_kv_heads + first_head + h;
-                rows[j] = row * head_dim;
-                if (is_quantized(cache_dtype)) {
-                    k_factors[j] = row_factor(k_scales, cache_dtype, row);
-                    v_factors[j] = row_factor(v_scales, cache_dtype, row);
-                }
+            block_rows(slots, start, count, num_kv_heads, first_head + h, head_dim, cache_dtype, k_scales, v_scales,
+                       rows, k_factors, v_factors);
+            float *maxima = partial + h * per_split, *sums = maxima + group;
+#if defined(BF16_DOTS)
+            if (USES_BF16_DOTS(cache_dtype, head_dim)) {
+                attend_block_bf16(query_pairs + h * group * head_dim / 32, group, head_dim, k_cache, v_cache, rows,
+                                  count, maxima, sums, acc + h * group * chunks);
+                continue;
             }
-            for (int j = count; j < BLOCK; j++) k_factors[j] = v_factors[j] = 0.0f;
+#endif
             attend_block(queries + (int64_t)h * group * head_dim, group, head_dim, k_cache, v_cache, cache_dtype, rows,
-                         k_factors, v_factors, count, partial + h * per_split, partial + h * per_split + group,
-                         acc + h * group * chunks);
+                         k_factors, v_factors, count, maxima, sums, acc + h * group * chunks);
         }
     }
     for (int h = 0; h < heads; h++)
@@ -512,124 +613,222 @@ static int64_t cut_tiles(const DecodeCall *call, int64_t **tile_start) {
     return call->head_dim % 16 == 0 && longest > 1 ? num_tiles : 0;
 }
 
-/* One work item of a tile: split `split` (of its last row's) for one KV head. Rows whose keys end
- * before the split have none of it; each other row's partial is its own split's, as in decode.
- * `queries_t` takes the rows' queries, transposed, and then their weighted sums. */
-static void attend_tile_item(const DecodeCall *call, const int64_t *first_split, int64_t first_row_of_tile,
-                             int rows, int64_t split, int kv_head, float *queries_t, float *partials,
-                             int64_t per_split) {
+/* The tile's rows' queries for one KV head, transposed into `queries_t` (zero in lanes of no row). */
+static void load_tile_queries(const DecodeCall *call, int64_t first_row_of_tile, int rows, int kv_head,
+                              float *queries_t) {
+    const int width = call->group * call->head_dim;
+    float query[MAX_ITEM_WIDTH];
+    memset(queries_t, 0, sizeof(float) * (size_t)width * TILE_ROWS);
+    for (int r = 0; r < rows; r++) {
+        load_queries(call, first_row_of_tile + r, kv_head, 1, query);
+        for (int i = 0; i < width; i++) queries_t[i * TILE_ROWS + r] = query[i];
+    }
+}
+
+/* Split `split` (of its last row's) of a tile for one KV head, its rows' queries in `queries_t`
+ * (load_tile_queries), which then takes their weighted sums and their queries in pairs (see TileRows).
+ * Rows whose keys end before the split have none of it; each other row's partial, at row_partial[r], is
+ * its own split's, as in decode. */
+static void attend_tile_split(const DecodeCall *call, int64_t first_row_of_tile, int rows, int64_t split,
+                              int kv_head, float *queries_t, float *const *row_partial) {
     const int64_t first = split * call->split_keys;
     const int group = call->group, head_dim = call->head_dim;
     int64_t key_ends[TILE_ROWS];
     float *row_partials[TILE_ROWS];
-    float query[MAX_ITEM_WIDTH];
-    memset(queries_t, 0, sizeof(float) * (size_t)group * head_dim * TILE_ROWS);
     for (int r = 0; r < TILE_ROWS; r++) {
-        const int64_t b = first_row_of_tile + r, end = r < rows ? call->seq_lens[b] : first;
+        const int64_t end = r < rows ? call->seq_lens[first_row_of_tile + r] : first;
         key_ends[r] = end < first ? first : end < first + call->split_keys ? end : first + call->split_keys;
-        row_partials[r] = NULL;
-        if (key_ends[r] == first) continue;
-        row_partials[r] = partials + ((first_split[b] + split) * call->num_kv_heads + kv_head) * per_split;
-        load_queries(call, b, kv_head, 1, query);
-        for (int i = 0; i < group * head_dim; i++) queries_t[i * TILE_ROWS + r] = query[i];
+        row_partials[r] = key_ends[r] == first ? NULL : row_partial[r];
     }
-    const TileRows tile = {queries_t, queries_t + (int64_t)group * head_dim * TILE_ROWS, key_ends, row_partials};
+    const TileRows tile = {queries_t, (uint16_t *)(queries_t + 2 * (int64_t)group * head_dim * TILE_ROWS),
+                           queries_t + (int64_t)group * head_dim * TILE_ROWS, key_ends, row_partials};
     const int64_t *slots = call->req_to_token + call->rows[first_row_of_tile] * call->table_width;
     attend_tile(&tile, group, head_dim, call->k_cache, call->v_cache, call->cache_dtype, call->k_scales, call->v_scales,
                 slots, call->num_kv_heads, kv_head, first, key_ends[rows - 1]);
 }
-
-/* Every tile's items (its last row's splits, one KV head each), spread over the threads; a tile of one
- * row goes the decode path's way. Returns nonzero if a thread's buffer could not be had. */
-static int attend_tiles(const DecodeCall *call, const int64_t *first_split, const int64_t *tile_start,
-                        int64_t num_tiles, float *partials, int64_t per_split) {
-    const int kv_heads = call->num_kv_heads;
-    int64_t *first_item = malloc(sizeof(int64_t) * (size_t)(num_tiles + 1));
-    if (first_item == NULL) return 1;
-    first_item[0] = 0;
-    for (int64_t t = 0; t < num_tiles; t++) {
-        const int64_t last_row = tile_start[t + 1] - 1;
-        first_item[t + 1] = first_item[t] + (first_split[last_row + 1] - first_split[last_row]) * kv_heads;
-    }
-    int failures = 0;
-#pragma omp parallel reduction(+ : failures)
-    {
-        /* A tile's queries, then its weighted sums (both transposed); a decode row's queries. */
-        float *queries = malloc(sizeof(float) * 2 * (size_t)TILE_ROWS * call->group * call->head_dim);
-        failures += queries == NULL;
-        int64_t t = 0;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < first_item[num_tiles]; item++) {
-            if (queries == NULL) continue;
-            while (first_item[t + 1] <= item) t++;
-            while (first_item[t] > item) t--;
-            const int64_t b = tile_start[t], split = (item - first_item[t]) / kv_heads;
-            const int kv_head = (int)((item - first_item[t]) % kv_heads), rows = (int)(tile_start[t + 1] - b);
-            if (rows > 1) {
-                attend_tile_item(call, first_split, b, rows, split, kv_head, queries, partials, per_split);
-            } else {
-                load_queries(call, b, kv_head, 1, queries);
-                attend_item(call, b, split, kv_head, 1, queries,
-                            partials + ((first_split[b] + split) * kv_heads + kv_head) * per_split, per_split);
-            }
-        }
-        free(queries);
-    }
-    free(first_item);
-    return failures;
-}
 #endif
 
-/* Query head g of KV head kv_head of sequence b: its splits joined in order, written to out. */
-static void join_head(const DecodeCall *call, const int64_t *first_split, const float *partials, int64_t per_split,
-                      int b, int kv_head, int g) {
+/* Query head g of KV head kv_head of sequence b: its `splits` partials (the first at `partial`, each
+ * `stride` floats after the one before) joined in order, written to out. */
+static void join_head(const DecodeCall *call, const float *partial, int64_t stride, int64_t splits, int64_t b,
+                      int kv_head, int g) {
     const int head_dim = call->head_dim, group = call->group;
     float result[head_dim];
     float maximum = -INFINITY;
-    for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
-        const float *partial = partials + (split * call->num_kv_heads + kv_head) * per_split;
-        if (partial[g] > maximum) maximum = partial[g];
-    }
+    for (int64_t split = 0; split < splits; split++)
+        if (partial[split * stride + g] > maximum) maximum = partial[split * stride + g];
     float total = 0.0f;
     memset(result, 0, sizeof result);
-    for (int64_t split = first_split[b]; split < first_split[b + 1]; split++) {
-        const float *partial = partials + (split * call->num_kv_heads + kv_head) * per_split;
-        if (partial[g] == -INFINITY) continue;
-        float rescale = expf(partial[g] - maximum);
-        total += partial[group + g] * rescale;
-        const float *weighted = partial + 2 * group + (int64_t)g * head_dim;
+    for (int64_t split = 0; split < splits; split++) {
+        const float *own = partial + split * stride;
+        if (own[g] == -INFINITY) continue;
+        float rescale = expf(own[g] - maximum);
+        total += own[group + g] * rescale;
+        const float *weighted = own + 2 * group + (int64_t)g * head_dim;
 #pragma omp simd
         for (int d = 0; d < head_dim; d++) result[d] += weighted[d] * rescale;
     }
     for (int d = 0; d < head_dim; d++) result[d] /= total;
     /* A quantized cache's values are rotated: so is their weighted sum. */
     if (is_quantized(call->cache_dtype)) rotate_blocks_over_n(result, head_dim);
-    store_row(call->out, call->act_dtype, (int64_t)b * call->num_heads + kv_head * group + g, head_dim, result);
+    store_row(call->out, call->act_dtype, b * call->num_heads + kv_head * group + g, head_dim, result);
 }
 
-/* Each sequence's splits joined, every head of it written. */
-static void join_splits(const DecodeCall *call, const int64_t *first_split, const float *partials,
-                        int64_t per_split) {
+/* Each sequence's splits joined, every head of it written; rows marked in `joined` (if not NULL) were
+ * joined already. */
+static void join_splits(const DecodeCall *call, const int64_t *first_split, const float *partials, int64_t per_split,
+                        const char *joined) {
+    const int kv_heads = call->num_kv_heads;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < call->batch; b++)
-        for (int kv_head = 0; kv_head < call->num_kv_heads; kv_head++)
-            for (int g = 0; g < call->group; g++) join_head(call, first_split, partials, per_split, b, kv_head, g);
+        for (int kv_head = 0; kv_head < kv_heads; kv_head++)
+            for (int g = 0; g < call->group; g++)
+                if (joined == NULL || !joined[b])
+                    join_head(call, partials + (first_split[b] * kv_heads + kv_head) * per_split, kv_heads * per_split,
+                              first_split[b + 1] - first_split[b], b, kv_head, g);
 }
 
-/* Every row's splits attended: by tiles where the step holds prompt rows, else by the decode path's items. */
+#if defined(VECTOR_PATH)
+/* One split of a tile for one KV head, its rows' partials in the step's `partials`. */
+static void attend_tile_item(const DecodeCall *call, const int64_t *first_split, int64_t first_row_of_tile, int rows,
+                             int64_t split, int kv_head, float *queries_t, float *partials, int64_t per_split) {
+    float *row_partial[TILE_ROWS];
+    for (int r = 0; r < TILE_ROWS; r++) {
+        const int64_t b = first_row_of_tile + r;
+        row_partial[r] = r < rows && split < first_split[b + 1] - first_split[b]
+                             ? partials + ((first_split[b] + split) * call->num_kv_heads + kv_head) * per_split
+                             : NULL;
+    }
+    load_tile_queries(call, first_row_of_tile, rows, kv_head, queries_t);
+    attend_tile_split(call, first_row_of_tile, rows, split, kv_head, queries_t, row_partial);
+}
+
+/* Every split of a tile for one KV head, its rows' partials in `tile_partials` (split s of row r at
+ * (s × TILE_ROWS + r) × per_split), then each row's joined and written: the same partials and the same
+ * join as by the step's partials, without them (an 8,000-token prompt's take about 300 MB a layer). */
+static void attend_whole_tile(const DecodeCall *call, const int64_t *first_split, int64_t first_row_of_tile, int rows,
+                              int kv_head, float *queries_t, float *tile_partials, int64_t per_split) {
+    const int64_t last_row = first_row_of_tile + rows - 1, splits = first_split[last_row + 1] - first_split[last_row];
+    float *row_partial[TILE_ROWS];
+    load_tile_queries(call, first_row_of_tile, rows, kv_head, queries_t);
+    for (int64_t split = 0; split < splits; split++) {
+        for (int r = 0; r < TILE_ROWS; r++) row_partial[r] = tile_partials + (split * TILE_ROWS + r) * per_split;
+        attend_tile_split(call, first_row_of_tile, rows, split, kv_head, queries_t, row_partial);
+    }
+    for (int r = 0; r < rows; r++) {
+        const int64_t b = first_row_of_tile + r;
+        for (int g = 0; g < call->group; g++)
+            join_head(call, tile_partials + r * per_split, TILE_ROWS * per_split, first_split[b + 1] - first_split[b], b,
+                      kv_head, g);
+    }
+}
+
+/* How a step's tiles are spread over the threads: a work item for each split of each tile (and KV head),
+ * the rows' partials in the step's; or, where the tiles alone give the threads work enough, one for each
+ * whole tile, which joins its rows itself. A row's bits are the same either way. */
+typedef struct {
+    int whole;
+    int64_t *first_item; /* [num_tiles + 1]: tile t's items are [first_item[t], first_item[t + 1]) */
+    int64_t most_splits; /* the most splits of any tile */
+} TileItems;
+
+static int plan_tile_items(const DecodeCall *call, const int64_t *first_split, const int64_t *tile_start,
+                           int64_t num_tiles, TileItems *plan) {
+    plan->first_item = malloc(sizeof(int64_t) * (size_t)(num_tiles + 1));
+    if (plan->first_item == NULL) return 1;
+    plan->whole = num_tiles * call->num_kv_heads >= 4 * omp_get_max_threads();
+    plan->most_splits = 1;
+    plan->first_item[0] = 0;
+    for (int64_t t = 0; t < num_tiles; t++) {
+        const int64_t last_row = tile_start[t + 1] - 1, splits = first_split[last_row + 1] - first_split[last_row];
+        if (splits > plan->most_splits) plan->most_splits = splits;
+        plan->first_item[t + 1] = plan->first_item[t] + (plan->whole ? 1 : splits) * call->num_kv_heads;
+    }
+    return 0;
+}
+
+/* Work item `item` of the plan: tile `t`'s, from `b`. A tile of one row goes the decode path's way. */
+static void attend_tile_work(const DecodeCall *call, const int64_t *first_split, const TileItems *plan, int64_t t,
+                             int64_t b, int rows, int64_t item, float *queries, float *tile_partials, float *partials,
+                             int64_t per_split) {
+    const int kv_heads = call->num_kv_heads;
+    const int64_t index = item - plan->first_item[t], splits_here = plan->whole ? first_split[b + 1] - first_split[b] : 1;
+    const int kv_head = (int)(index % kv_heads);
+    const int64_t first = plan->whole ? 0 : index / kv_heads;
+    if (rows > 1 && plan->whole) {
+        attend_whole_tile(call, first_split, b, rows, kv_head, queries, tile_partials, per_split);
+    } else if (rows > 1) {
+        attend_tile_item(call, first_split, b, rows, first, kv_head, queries, partials, per_split);
+    } else {
+        load_queries(call, b, kv_head, 1, queries);
+        for (int64_t split = first; split < first + splits_here; split++)
+            attend_item(call, b, split, kv_head, 1, queries,
+                        partials + ((first_split[b] + split) * kv_heads + kv_head) * per_split, per_split);
+    }
+}
+
+/* The rows of tiles of more than one row, which whole-tile items join themselves. */
+static void mark_joined_rows(const int64_t *tile_start, int64_t num_tiles, char *joined) {
+    for (int64_t t = 0; t < num_tiles; t++)
+        if (tile_start[t + 1] - tile_start[t] > 1) memset(joined + tile_start[t], 1, (size_t)(tile_start[t + 1] - tile_start[t]));
+}
+
+/* Every tile's items, spread over the threads, the largest tiles (the last) first; then the rows no
+ * item joined. Returns nonzero if a buffer could not be had. */
+static int attend_tiles(const DecodeCall *call, const int64_t *first_split, const int64_t *tile_start,
+                        int64_t num_tiles, float *partials, int64_t per_split) {
+    TileItems plan;
+    char *joined = calloc((size_t)call->batch, 1);
+    if (joined == NULL || plan_tile_items(call, first_split, tile_start, num_tiles, &plan)) {
+        free(joined);
+        return 1;
+    }
+    if (plan.whole) mark_joined_rows(tile_start, num_tiles, joined);
+    int failures = 0;
+#pragma omp parallel reduction(+ : failures)
+    {
+        /* A tile's queries, then its weighted sums (both transposed), then its queries as bfloat16 pairs
+         * (half as many bytes); a decode row's queries. A whole tile's partials. */
+        float *queries = malloc(sizeof(float) * 5 * (size_t)TILE_ROWS * call->group * call->head_dim / 2);
+        float *tile_partials = plan.whole ? malloc(sizeof(float) * (size_t)(plan.most_splits * TILE_ROWS * per_split)) : NULL;
+        const int lacking = queries == NULL || (plan.whole && tile_partials == NULL);
+        failures += lacking;
+        int64_t t = num_tiles - 1;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t order = 0; order < plan.first_item[num_tiles]; order++) {
+            const int64_t item = plan.first_item[num_tiles] - 1 - order;
+            if (lacking) continue;
+            while (plan.first_item[t] > item) t--;
+            while (plan.first_item[t + 1] <= item) t++;
+            attend_tile_work(call, first_split, &plan, t, tile_start[t], (int)(tile_start[t + 1] - tile_start[t]), item,
+                             queries, tile_partials, partials, per_split);
+        }
+        free(queries);
+        free(tile_partials);
+    }
+    if (failures == 0) join_splits(call, first_split, partials, per_split, joined);
+    free(plan.first_item);
+    free(joined);
+    return failures;
+}
+#endif
+
+/* Every row's splits attended and joined: by tiles where the step holds prompt rows, else by the decode
+ * path's items. Returns nonzero if a buffer could not be had. */
 static int attend_all(const DecodeCall *call, const int64_t *first_split, float *partials, int64_t per_split) {
 #if defined(VECTOR_PATH)
     int64_t *tile_start = NULL;
     const int64_t num_tiles = cut_tiles(call, &tile_start);
-    const int failed = num_tiles < 0 ? 1
-                       : num_tiles > 0 ? attend_tiles(call, first_split, tile_start, num_tiles, partials, per_split)
-                                       : attend_items(call, first_split, heads_per_item(call, first_split[call->batch]),
-                                                      partials, per_split);
+    if (num_tiles != 0) {
+        const int failed = num_tiles < 0 ? 1 : attend_tiles(call, first_split, tile_start, num_tiles, partials, per_split);
+        free(tile_start);
+        return failed;
+    }
     free(tile_start);
-    return failed;
-#else
-    return attend_items(call, first_split, heads_per_item(call, first_split[call->batch]), partials, per_split);
 #endif
+    const int failed = attend_items(call, first_split, heads_per_item(call, first_split[call->batch]), partials, per_split);
+    if (!failed) join_splits(call, first_split, partials, per_split, NULL);
+    return failed;
 }
 
 /*
@@ -665,7 +864,6 @@ int tercet_paged_decode_attention(const void *q, int64_t q_token_stride, const v
     if (!failed) {
         write_new_tokens(&call);
         failed = attend_all(&call, first_split, partials, per_split);
-        if (!failed) join_splits(&call, first_split, partials, per_split);
     }
     free(partials);
     free(first_split);

@@ -8,7 +8,8 @@
  * b where either is NaN), select_below16 (x < limit ? a : b), pow2_16 (2^n for whole n, truncated as x86 converts), load16 (16 bfloat16 or
  * float32 values as float32), load16_int8 (16 int8 values as float32), load16_e4m3 (16 e4m3 values / 256
  * as float32, exactly), sum_each (16 vectors' sums as one vector, each folded as lane i + lane
- * i + 8, then + 4, + 2, + 1) and PREFETCH_L2.
+ * i + 8, then + 4, + 2, + 1) and PREFETCH_L2. vec16_avx512.h also gives, where the level has AVX512-BF16,
+ * BF16_DOTS and its bfloat16 pair operations (dot_pairs16 and the loads and roundings that feed it).
  */
 #ifndef TERCET_VEC16_H
 #define TERCET_VEC16_H

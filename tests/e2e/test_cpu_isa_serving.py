@@ -5,7 +5,7 @@ The default model on its Q4_1 blocks, with the activations quantized to int8 a b
 answers "What is the capital of France?" with "L'Étoile, la Marseillaise…" at every level, as llama-server
 on the same file does (measured on an AVX2 build); the same weights with exact activations (dense float32,
 or torch's int4 kernels) answer "The capital of France is Paris." What the AVX2 level must give is what the
-CPU's best level gives: the same tokens, and Paris from the float32 model."""
+CPU's best level of the same arithmetic gives: the same tokens, and Paris from the float32 model."""
 
 import httpx
 import openai
@@ -13,6 +13,7 @@ import pytest
 
 from tercet.native.cpu import runnable_levels
 from tercet.native.levels import LEVELS
+from tercet.plugins.paged_cpu_attention.build import takes_bf16_dot_products
 
 pytestmark = pytest.mark.real_model
 
@@ -45,8 +46,11 @@ def _answer(server, max_tokens: int = 40) -> str:
 
 
 def test_the_avx2_level_answers_as_the_cpus_best_level_does(avx2_server, start_server):
-    best = start_server(None, ["scheduler.max_running_requests=4"])
-    assert _answer(avx2_server) == _answer(best)
+    """The best level of the same arithmetic: at avx512 and amx the attention over the bfloat16 cache runs on
+    bfloat16 dot products, whose bits differ (docs/configuration.md, `cpu_isa`)."""
+    best = [level for level in runnable_levels() if not takes_bf16_dot_products(level)][-1]
+    reference = start_server(None, ["scheduler.max_running_requests=4", f"model.cpu_isa={best.name}"])
+    assert _answer(avx2_server) == _answer(reference)
 
 
 def test_the_float32_model_at_the_avx2_level_answers_paris(start_server):

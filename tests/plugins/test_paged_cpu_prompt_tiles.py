@@ -13,6 +13,7 @@ order must fail the same check: the check can tell.
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -54,7 +55,7 @@ def rows_unlike_decoding_alone(kernel, case) -> list[int]:
 
 
 SPANS = st.lists(st.tuples(st.integers(0, 600), st.integers(1, 40)), min_size=1, max_size=4)  # (prefix, new)
-KV_DTYPES = [None, torch.int8, torch.float8_e4m3fn]  # None: the activations' dtype
+KV_DTYPES = [None, torch.bfloat16, torch.int8, torch.float8_e4m3fn]  # None: the activations' dtype
 
 
 @settings(max_examples=25, deadline=None)
@@ -76,7 +77,8 @@ def test_each_prompt_row_has_the_bits_of_the_row_decoded_alone(seed, spans, num_
 
 @pytest.mark.parametrize("level", VECTOR_LEVELS, ids=lambda level: level.name)
 @pytest.mark.parametrize(("dtype", "kv_dtype"), [(torch.float32, None), (torch.bfloat16, None),
-                                                 (torch.bfloat16, torch.int8), (torch.bfloat16, torch.float8_e4m3fn)])
+                                                 (torch.float32, torch.bfloat16), (torch.bfloat16, torch.int8),
+                                                 (torch.bfloat16, torch.float8_e4m3fn)])
 def test_at_every_vector_level(level, dtype, kv_dtype):
     case = attention_case(8, [(250, 30), (0, 17), (40, 1)], 3, 3, 64, 16, dtype, kv_dtype=kv_dtype)
     assert rows_unlike_decoding_alone(load_kernel(case.layout, level=level), case) == []
@@ -98,9 +100,10 @@ def _kernel_with_tiles_folded_otherwise(layout, folder: Path):
         shutil.copytree(package, copied)
     tiles = copied / "prompt_tiles.h"
     text = tiles.read_text()
-    planted = text.replace("FOLD_ROUND(chains_plus_8, key_chains, 8)", "FOLD_ROUND(chains_plus_8, key_chains, 1)")
-    planted = planted.replace("FOLD_ROUND(key_scores, chains_plus_2, 1)", "FOLD_ROUND(key_scores, chains_plus_2, 8)")
-    assert planted != text, "prompt_tiles.h no longer has the folds this test plants a change in"
+    # Both the float32 folds and the bfloat16 dot products' (levels with AVX512-BF16, bfloat16 caches).
+    planted, first_folds = re.subn(r"FOLD_ROUND\((chains_plus_8\w*), (key_chains\w*), 8,", r"FOLD_ROUND(\1, \2, 1,", text)
+    planted, last_folds = re.subn(r"FOLD_ROUND\((key_scores\w*), (chains_plus_2\w*), 1,", r"FOLD_ROUND(\1, \2, 8,", planted)
+    assert first_folds == last_folds == 2, "prompt_tiles.h no longer has the folds this test plants a change in"
     tiles.write_text(planted)
     library = folder / "planted.so"
     with resources.as_file(native_build._include_dir()) as include:
@@ -111,8 +114,10 @@ def _kernel_with_tiles_folded_otherwise(layout, folder: Path):
     return function
 
 
-def test_the_check_finds_a_planted_change_of_reduction_order(tmp_path):
-    case = attention_case(4, [(20, 40), (0, 33)], 3, 3, 64, 16, torch.float32)
+# float32 outputs (a bfloat16 output's rounding would hide most changes), from a float32 and a bfloat16 cache.
+@pytest.mark.parametrize("kv_dtype", [None, torch.bfloat16])
+def test_the_check_finds_a_planted_change_of_reduction_order(tmp_path, kv_dtype):
+    case = attention_case(4, [(20, 40), (0, 33)], 3, 3, 64, 16, torch.float32, kv_dtype=kv_dtype)
     planted = _kernel_with_tiles_folded_otherwise(case.layout, tmp_path)
     assert len(rows_unlike_decoding_alone(planted, case)) > 30
     assert rows_unlike_decoding_alone(load_kernel(case.layout), case) == []
