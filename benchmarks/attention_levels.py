@@ -73,7 +73,7 @@ def main() -> None:
     for label, case in cases(arguments.prompts, arguments.decode, dtype, kv_dtype).items():
         kernels = {name: load_kernel(case.layout, level=runnable[name]) for name in arguments.levels}
         medians = time_levels(case, kernels, arguments.repeats)
-        cells = " | ".join(f"{medians[name]:.1f} ms" for name in arguments.levels)
+        cells = " | ".join(f"{medians[name]:.3g} ms" for name in arguments.levels)
         ratio = medians[arguments.levels[-1]] / medians[arguments.levels[0]]
         print(f"| {label} | {cells} | {ratio:.2f}× |", flush=True)
 
