@@ -16,9 +16,12 @@ Two ways of running the model:
 - **float32**: the same weights dequantized, float32 activations, where the only
   difference is the cache's.
 
-Measured here (AMD Zen 4, AVX-512): served, int8 94.4% with a largest difference of
-0.47, fp8_e4m3 93.9% and 0.69; float32, int8 98.4% and 0.11, fp8_e4m3 94.7% and
-0.44. On 3,072 positions (benchmarks/kv_cache_agreement.py) int8 in float32 agrees
+Measured here (AMD Zen 4, AVX-512 with BF16): served, int8 96.1% with a largest difference
+of 0.55, fp8_e4m3 93.3% and 1.03; float32, int8 98.1% and 0.16, fp8_e4m3 94.4% and
+0.44. On such a CPU the bfloat16 cache is read with bfloat16 dot products (queries and
+softmax weights rounded to bfloat16) and the quantized caches with float32 ones, so those
+figures hold the arithmetic's difference too; on a CPU without AVX512-BF16 they were
+94.4% and 0.47, 93.9% and 0.69, 98.4% and 0.11, 94.7% and 0.44. On 3,072 positions (benchmarks/kv_cache_agreement.py) int8 in float32 agrees
 at 99.0%; docs/configuration.md ("Quantized KV cache") has those figures and why
 the served run's are lower. Every position where a quantized cache's top-1 differs is
 one whose reference margin between its two best tokens is small (at most 0.105
@@ -47,11 +50,13 @@ PROMPTS = [("README.md", 256), ("docs/architecture.md", 128), ("docs/scheduling.
 PAGE = 16
 RUNS = {"served": dict(dtype="auto", quantization="auto"), "float32": dict(dtype="float32", quantization="none")}
 # (run, kv_dtype): the least top-1 agreement, the largest log-probability difference, and the reference margin
-# (nats between its two best tokens) past which every position must agree. Measured (Zen 4, AVX-512): served
-# int8 0.944 / 0.47 / flips up to 0.50, fp8 0.939 / 0.69 / 0.50; float32 int8 0.984 / 0.11 / 0.105,
-# fp8 0.947 / 0.44 / 0.30. The bounds leave room for other CPUs' arithmetic, not for a misread scale.
+# (nats between its two best tokens) past which every position must agree. Measured (Zen 4, AVX-512 with BF16,
+# the reference on bfloat16 dot products): served int8 0.961 / 0.55 / flips up to 0.50, fp8 0.933 / 1.03 / 0.56;
+# float32 int8 0.981 / 0.16 / 0.090, fp8 0.944 / 0.44 / 0.30 (float32 arithmetic throughout: 0.944 / 0.47,
+# 0.939 / 0.69, 0.984 / 0.11, 0.947 / 0.44). The bounds leave room for other CPUs' arithmetic, not for a
+# misread scale.
 BOUNDS = {
-    ("served", "int8"): (0.93, 0.7, 0.75), ("served", "fp8_e4m3"): (0.92, 1.0, 0.75),
+    ("served", "int8"): (0.93, 0.8, 0.75), ("served", "fp8_e4m3"): (0.92, 1.4, 0.75),
     ("float32", "int8"): (0.975, 0.25, 0.2), ("float32", "fp8_e4m3"): (0.93, 0.7, 0.45),
 }
 
