@@ -1,7 +1,7 @@
 /*
  * A prompt's rows attended a tile at a time: up to 16 consecutive new tokens of one sequence, one per
  * vector lane, for one KV head, against one split of its keys. Included by decode_attention.c, on the
- * vector path, after softmax_block16.
+ * vector path, after softmax_block16 and block_rows.
  *
  * Each row does what the decode path (attend_block) does for it alone, so that its bits are those of
  * the row decoded alone, whatever its tile, its prompt's chunking or the prefix cache (bit for bit
@@ -292,15 +292,8 @@ VECTOR_INLINE void attend_tile_vector(const TileRows *tile, int group, int head_
     memset(tile->acc_t, 0, sizeof(float) * (size_t)group * head_dim * 16);
     for (int64_t start = first; start < last; start += 16) {
         const int count = last - start < 16 ? (int)(last - start) : 16;
-        for (int j = 0; j < count; j++) {
-            const int64_t row = slots[start + j] * num_kv_heads + kv_head;
-            cache_rows[j] = row * head_dim;
-            if (is_quantized(cache_dtype)) {
-                factors[j] = row_factor(k_scales, cache_dtype, row);
-                factors[16 + j] = row_factor(v_scales, cache_dtype, row);
-            }
-        }
-        for (int j = count; j < 16; j++) factors[j] = factors[16 + j] = 0.0f;
+        block_rows(slots, start, count, num_kv_heads, kv_head, head_dim, cache_dtype, k_scales, v_scales, cache_rows,
+                   factors, factors + 16);
         widen_block(k_cache, v_cache, cache_dtype, head_dim, cache_rows, count, keys, values);
         attend_tile_block(tile, group, head_dim, keys, values, is_quantized(cache_dtype) ? factors : NULL, start, count,
                           maxima, sums);
